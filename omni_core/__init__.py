@@ -1,0 +1,17 @@
+"""omni_core: a compact PyTorch implementation of the Qwen3-Omni speech path.
+
+thinker (MoE LLM) → talker (MoE, CB0 per 80 ms frame) → code predictor (CB1..CB15)
+→ Code2Wav (16 codes per frame → 24 kHz audio). See DESIGN.md for the contract.
+"""
+
+from .codes_io import load_codes, codes_to_json
+from .config import CheckpointError
+from .events import AudioChunk, Done, Frame, Result, Stats, TextDelta
+from .pipeline import Pipeline, load_pipeline
+from .request import MAX_FRAMES, MAX_TEXT_CHARS, RequestError, SpeechRequest
+
+__all__ = [
+    "load_pipeline", "Pipeline", "SpeechRequest", "RequestError", "CheckpointError",
+    "TextDelta", "Frame", "AudioChunk", "Done", "Result", "Stats",
+    "load_codes", "codes_to_json", "MAX_FRAMES", "MAX_TEXT_CHARS",
+]

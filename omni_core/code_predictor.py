@@ -1,0 +1,86 @@
+"""The code predictor: codebooks 1..15 of a frame, given the talker's state and CB0.
+
+Contract (seed M05): start from [h_talker (last layer, last position), E_talker(cb0)],
+length 2; step j = 0..G-2 reads the last position, predicts CB(j+1) with
+`lm_head[j]` and embeds it with `codec_embedding[j]`. Two implementations, one
+signature, identical codes:
+
+- `predict_reprefill`: recomputes the whole (≤ 16 position) sequence every step. No
+  KV state, so every shape is fixed per batch size: the whole loop can be captured
+  as one CUDA graph (see cuda_graph.py).
+- `predict_kv`: prefills 2 positions, then feeds only the new one against a KV
+  cache (cache length 2, 3, 4, ... after each step); 16 positions of work, not 135.
+
+Both return codes [B, G-1], their probabilities [B, G-1] and the codec embeddings
+[B, G-1, C] (the next talker input needs them).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import DecoderConfig
+from .layers import DecoderStack
+from .sampling import SamplingConfig, choose
+
+# HF's code predictor samples with its own settings, whatever the talker uses.
+PREDICTOR_SAMPLING = SamplingConfig(do_sample=True, temperature=1.0, top_k=50, top_p=0.8)
+GREEDY = SamplingConfig()
+
+
+class CodePredictorModel(DecoderStack):
+    def __init__(self, cfg: DecoderConfig, num_code_groups: int):
+        super().__init__(cfg)
+        self.codec_embedding = nn.ModuleList(nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+                                             for _ in range(num_code_groups - 1))
+
+
+class CodePredictor(nn.Module):
+    """talker.code_predictor.*"""
+
+    def __init__(self, cfg: DecoderConfig, num_code_groups: int):
+        super().__init__()
+        self.num_code_groups = num_code_groups
+        self.model = CodePredictorModel(cfg, num_code_groups)
+        self.lm_head = nn.ModuleList(nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+                                     for _ in range(num_code_groups - 1))
+
+    def step(self, j: int, last_hidden: torch.Tensor, sampling: SamplingConfig,
+             generator: torch.Generator | None):
+        """last_hidden [B, C] → CB(j+1) ids [B], probs [B], embedding [B, C]."""
+        code, prob = choose(self.lm_head[j](last_hidden), sampling, generator)
+        return code, prob, self.model.codec_embedding[j](code)
+
+
+@torch.no_grad()
+def predict_reprefill(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Tensor,
+                      sampling: SamplingConfig = GREEDY, generator: torch.Generator | None = None):
+    """h_talker, e_cb0: [B, C] → codes [B, G-1], probs [B, G-1], embeds [B, G-1, C]."""
+    seq = torch.stack([h_talker, e_cb0], dim=1)  # [B, 2, C]
+    codes, probs, embeds = [], [], []
+    for j in range(cp.num_code_groups - 1):
+        hidden, _ = cp.model(seq)  # the whole sequence, no cache
+        code, prob, emb = cp.step(j, hidden[:, -1], sampling, generator)
+        codes.append(code), probs.append(prob), embeds.append(emb)
+        seq = torch.cat([seq, emb[:, None]], dim=1)  # [B, j+3, C]
+    return torch.stack(codes, 1), torch.stack(probs, 1), torch.stack(embeds, 1)
+
+
+@torch.no_grad()
+def predict_kv(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Tensor,
+               sampling: SamplingConfig = GREEDY, generator: torch.Generator | None = None,
+               on_step=None):
+    """Same contract as `predict_reprefill`; `on_step(cache)` is called after each forward (tests)."""
+    G = cp.num_code_groups
+    cache = cp.model.new_cache(h_talker.shape[0], G, like=h_talker)
+    x = torch.stack([h_talker, e_cb0], dim=1)  # [B, 2, C] first, then [B, 1, C]
+    codes, probs, embeds = [], [], []
+    for j in range(G - 1):
+        hidden, _ = cp.model(x, cache, start=cache.length)
+        if on_step is not None:
+            on_step(cache)
+        code, prob, emb = cp.step(j, hidden[:, -1], sampling, generator)
+        codes.append(code), probs.append(prob), embeds.append(emb)
+        x = emb[:, None]  # only the new position
+    return torch.stack(codes, 1), torch.stack(probs, 1), torch.stack(embeds, 1)

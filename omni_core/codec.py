@@ -1,0 +1,253 @@
+"""Code2Wav: 16 codes per 80 ms frame → 24 kHz waveform (the Qwen3-Omni codec).
+
+    codes [B, 16, T] → code_embedding, mean over the 16 quantizers    [B, T, C]
+      → pre_transformer: sliding-window causal attention, RoPE 0..T-1  [B, T, C]
+      → upsample: (transposed conv ×f, ConvNeXt) for f in (2, 2)       [B, C, 4T]
+      → decoder: conv; 4 × (SnakeBeta, transposed conv ×r, 3 residual
+        units) for r in (8, 5, 4, 3); SnakeBeta; conv                  [B, 1, S]
+      → clamp to [-1, 1]
+
+S = 1920·T - 555: each decoder transposed conv trims one input's worth of output
+at the end (see `CausalTransConvNet`). The maths is HF `Qwen3OmniMoeCode2Wav`'s.
+
+Everything is causal, so every module takes an optional `state` (a `CodecState`,
+streaming_codec.py) carrying its left context between chunks; `state=None`
+decodes a whole utterance. Parameter names follow the checkpoint with the
+`code2wav.` prefix dropped. Nothing is computed in __init__ (code offsets and
+RoPE tables are made in forward), so the model can be built on the meta device.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import CodecConfig, DecoderConfig
+from .layers import MLP, Attention, RMSNorm, Rope
+from .streaming_codec import CodecState, StreamingDecoder
+
+
+class CausalConvNet(nn.Module):
+    """Conv1d (stride 1) padded on the left only: output t sees inputs t - context .. t."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int = 1, groups: int = 1):
+        super().__init__()
+        self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
+        self.context = (kernel_size - 1) * dilation  # past inputs each output needs
+
+    def forward(self, x: torch.Tensor, state: CodecState | None = None) -> torch.Tensor:
+        """x: [B, C_in, T] → [B, C_out, T]."""
+        if state is None:
+            x = F.pad(x, (self.context, 0))
+        else:  # the previous chunk's last inputs (zeros at the start) replace the padding
+            x = state.prepend(self, x, self.context, zeros_first=True)
+        return self.conv(x)
+
+
+class CausalTransConvNet(nn.Module):
+    """ConvTranspose1d (kernel k, stride s) trimmed by k - s on both sides: L inputs → (L - m)·s
+    outputs, m = k/s - 1. With k = 2s (decoder), output j depends on inputs floor(j/s) and
+    floor(j/s) + 1; with k = s (upsample), on input floor(j/s) only."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
+        super().__init__()
+        if kernel_size not in (stride, 2 * stride):
+            raise ValueError(f"transposed conv kernel {kernel_size} must be stride {stride} or twice it")
+        self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
+        self.stride = stride
+        self.trim = kernel_size - stride
+        self.overlap = kernel_size // stride - 1  # m: inputs an output shares with the next input
+
+    def output_length(self, length: int) -> int:
+        return (length - self.overlap) * self.stride
+
+    def forward(self, x: torch.Tensor, state: CodecState | None = None) -> torch.Tensor:
+        """x: [B, C_in, L] → [B, C_out, (L - m)·s]. Streaming prepends the last m inputs, so each
+        chunk gives exactly the outputs its inputs made final."""
+        if state is not None:
+            x = state.prepend(self, x, self.overlap, zeros_first=False)
+        y = self.conv(x)
+        return y[..., self.trim:y.shape[-1] - self.trim]
+
+
+class SnakeBeta(nn.Module):
+    """x + sin²(x·e^alpha) / e^beta, per channel; elementwise in time, so nothing to carry."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: torch.Tensor, state: CodecState | None = None) -> torch.Tensor:
+        """x: [B, C, T] → [B, C, T]."""
+        alpha = self.alpha.exp()[None, :, None]
+        beta = self.beta.exp()[None, :, None]
+        return x + 1.0 / (beta + 1e-9) * torch.sin(x * alpha).pow(2)
+
+
+class ConvNeXtBlock(nn.Module):
+    """Causal depthwise conv (k=7), then a per-step LayerNorm + MLP, scaled by gamma, residual."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dwconv = CausalConvNet(dim, dim, kernel_size=7, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
+
+    def forward(self, x: torch.Tensor, state: CodecState | None = None) -> torch.Tensor:
+        """x: [B, C, T] → [B, C, T]."""
+        h = self.dwconv(x, state).transpose(1, 2)  # [B, T, C]
+        h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
+        return x + (self.gamma * h).transpose(1, 2)
+
+
+class DecoderResidualUnit(nn.Module):
+    def __init__(self, dim: int, dilation: int):
+        super().__init__()
+        self.act1 = SnakeBeta(dim)
+        self.conv1 = CausalConvNet(dim, dim, kernel_size=7, dilation=dilation)
+        self.act2 = SnakeBeta(dim)
+        self.conv2 = CausalConvNet(dim, dim, kernel_size=1)
+
+    def forward(self, x: torch.Tensor, state: CodecState | None = None) -> torch.Tensor:
+        """x: [B, C, T] → [B, C, T]."""
+        h = self.conv1(self.act1(x), state)
+        return x + self.conv2(self.act2(h), state)
+
+
+class DecoderBlock(nn.Module):
+    """SnakeBeta, transposed conv ×rate (channels halve), residual units with dilations 1, 3, 9."""
+
+    def __init__(self, in_dim: int, rate: int):
+        super().__init__()
+        out_dim = in_dim // 2
+        units = [DecoderResidualUnit(out_dim, dilation) for dilation in (1, 3, 9)]
+        self.block = nn.ModuleList([SnakeBeta(in_dim), CausalTransConvNet(in_dim, out_dim, 2 * rate, rate), *units])
+
+    def forward(self, x: torch.Tensor, state: CodecState | None = None) -> torch.Tensor:
+        """x: [B, C, L] → [B, C/2, (L - 1)·rate]."""
+        for module in self.block:
+            x = module(x, state)
+        return x
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim: int, initial_scale: float):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((dim,), initial_scale))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * x
+
+
+class TransformerLayer(nn.Module):
+    """Pre-norm attention + SwiGLU MLP, each residual branch scaled by a LayerScale; no q/k norm."""
+
+    def __init__(self, cfg: DecoderConfig, index: int, initial_scale: float):
+        super().__init__()
+        self.index = index
+        self.self_attn = Attention(cfg, qk_norm=False)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn_layer_scale = LayerScale(cfg.hidden_size, initial_scale)
+        self.mlp_layer_scale = LayerScale(cfg.hidden_size, initial_scale)
+
+    def forward(self, h, cos, sin, mask, cache=None):
+        attn = self.self_attn(self.input_layernorm(h), cos, sin, cache, self.index, mask)
+        h = h + self.self_attn_layer_scale(attn)
+        return h + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(h)))
+
+
+class Transformer(nn.Module):
+    """The pre-transformer: every layer attends causally to the last `sliding_window` positions."""
+
+    def __init__(self, cfg: DecoderConfig, initial_scale: float):
+        super().__init__()
+        self.layers = nn.ModuleList(TransformerLayer(cfg, i, initial_scale) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rope = Rope(cfg.head_dim, cfg.rope_theta)
+        self.sliding_window = cfg.sliding_window
+
+    def forward(self, h: torch.Tensor, state: CodecState | None = None) -> torch.Tensor:
+        """h: [B, T, C] at positions start..start+T-1 (start = frames already decoded) → normed [B, T, C]."""
+        T = h.shape[1]
+        start, cache = (state.position, state.kv) if state is not None else (0, None)
+        num_past = cache.length if cache is not None else 0
+        keys = torch.arange(start - num_past, start + T, device=h.device)  # cached + new positions
+        queries = keys[num_past:]
+        distance = queries[:, None] - keys[None, :]  # [T, num_past + T]
+        mask = (distance >= 0) & (distance < self.sliding_window)
+        cos, sin = self.rope(queries, h.dtype)
+        for layer in self.layers:
+            h = layer(h, cos, sin, mask, cache)
+        if state is not None:
+            state.advance(T)
+        return self.norm(h)
+
+
+class Code2Wav(nn.Module):
+    def __init__(self, cfg: CodecConfig):
+        super().__init__()
+        self.cfg = cfg
+        C = cfg.transformer.hidden_size
+        self.pre_transformer = Transformer(cfg.transformer, cfg.layer_scale_initial_scale)
+        self.code_embedding = nn.Embedding(cfg.codebook_size * cfg.num_quantizers, C)  # quantizer q: rows q·size..
+        self.upsample = nn.ModuleList(
+            nn.ModuleList([CausalTransConvNet(C, C, f, f), ConvNeXtBlock(C)]) for f in cfg.upsampling_ratios)
+        self.decoder = self._build_decoder(cfg)
+
+    @staticmethod
+    def _build_decoder(cfg: CodecConfig) -> nn.ModuleList:
+        dim = cfg.decoder_dim
+        decoder = [CausalConvNet(cfg.transformer.hidden_size, dim, 7)]
+        for i, rate in enumerate(cfg.upsample_rates):
+            decoder.append(DecoderBlock(dim // 2 ** i, rate))
+        out_dim = dim // 2 ** len(cfg.upsample_rates)
+        return nn.ModuleList(decoder + [SnakeBeta(out_dim), CausalConvNet(out_dim, 1, 7)])
+
+    def forward(self, codes: torch.Tensor, num_codebooks: int | None = None,
+                state: CodecState | None = None) -> torch.Tensor:
+        """codes: [B, Q, T] → wav [B, 1, num_samples(T)] in [-1, 1].
+
+        `state` (see `stream`) continues a stream: the output is then only the new final samples.
+        """
+        h = self.embed(codes, num_codebooks)  # [B, T, C]
+        h = self.pre_transformer(h, state).transpose(1, 2)  # [B, C, T]
+        for blocks in self.upsample:
+            for block in blocks:
+                h = block(h, state)  # [B, C, f·L]
+        for block in self.decoder:
+            h = block(h, state)
+        return h.clamp(min=-1, max=1)
+
+    def embed(self, codes: torch.Tensor, num_codebooks: int | None = None) -> torch.Tensor:
+        """codes: [B, Q, T] → [B, T, C], the mean over the Q quantizers' embeddings.
+
+        With `num_codebooks=k`, a coarser RVQ reconstruction: only the first k codebooks count
+        and the others contribute nothing, i.e. (sum of the first k embeddings) / Q, not a mean
+        over k: the residual levels left out are zero, as a k-level quantizer would give.
+        Codes may then carry just the first k rows.
+        """
+        Q = self.cfg.num_quantizers
+        k = Q if num_codebooks is None else num_codebooks
+        if not 1 <= k <= Q or not k <= codes.shape[1] <= Q:
+            raise ValueError(f"codes of shape {tuple(codes.shape)} with num_codebooks={num_codebooks}: "
+                             f"expected [B, {Q}, T] (or at least the first num_codebooks rows), 1 <= k <= {Q}")
+        offsets = torch.arange(k, device=codes.device)[None, :, None] * self.cfg.codebook_size  # [1, k, 1]
+        return self.code_embedding(codes[:, :k] + offsets).sum(1) / Q
+
+    def num_samples(self, num_frames: int) -> int:
+        """Samples a whole-utterance decode of `num_frames` frames yields."""
+        length = num_frames
+        for module in self.modules():
+            if isinstance(module, CausalTransConvNet):
+                length = module.output_length(length)
+        return length
+
+    def stream(self, num_codebooks: int | None = None) -> StreamingDecoder:
+        """A fresh stream: `push(codes [B, Q, n])` returns the new final audio [B, 1, s]."""
+        return StreamingDecoder(self, num_codebooks)

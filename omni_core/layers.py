@@ -1,0 +1,248 @@
+"""Transformer blocks shared by the thinker, talker, code predictor and codec.
+
+Parameter names follow the checkpoint (`q_proj`, `experts.gate_up_proj`, ...), so
+loading is a name-for-name copy. Numerics follow the HF reference: norms in
+float32, RoPE tables in float32 then cast, router softmax in float32.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import DecoderConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class Rope:
+    """Rotary tables. With `mrope_section`, Qwen3-Omni's interleaved MRoPE: frequency
+    i takes its position from axis (i mod 3) within the section sizes; for text the
+    three axes hold the same position, which makes it equal to 1-D RoPE."""
+
+    def __init__(self, head_dim: int, theta: float, mrope_section: tuple[int, ...] | None = None):
+        self.head_dim, self.theta, self.mrope_section = head_dim, theta, mrope_section
+        self._inv_freq: dict[torch.device, torch.Tensor] = {}
+
+    def inv_freq(self, device: torch.device) -> torch.Tensor:
+        if device not in self._inv_freq:  # computed on the CPU, as HF does, then moved
+            exps = torch.arange(0, self.head_dim, 2, dtype=torch.float, device="cpu") / self.head_dim
+            self._inv_freq[device] = (1.0 / (self.theta ** exps)).to(device)
+        return self._inv_freq[device]
+
+    def __call__(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions: [T] (or [3, T] for MRoPE axes t, h, w) → cos, sin: [T, head_dim]."""
+        inv_freq = self.inv_freq(positions.device)
+        if self.mrope_section is None:
+            freqs = positions[..., None].float() * inv_freq  # [T, D/2]
+        else:
+            axes = positions.expand(3, -1) if positions.dim() == 1 else positions
+            per_axis = axes[..., None].float() * inv_freq  # [3, T, D/2]
+            freqs = per_axis[0].clone()
+            for axis in (1, 2):  # interleave: h takes 1, 4, 7, ...; w takes 2, 5, 8, ...
+                idx = slice(axis, self.mrope_section[axis] * 3, 3)
+                freqs[..., idx] = per_axis[axis, ..., idx]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [B, H, T, D]; cos, sin: [T, D]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class KVCache:
+    """Preallocated K/V for every layer: k[l], v[l]: [B, KVH, capacity, D].
+
+    `length` positions are filled; a forward of T new positions writes
+    [length, length+T) in every layer, then `advance(T)`. Grows by doubling.
+    """
+
+    def __init__(self, num_layers: int, batch: int, kv_heads: int, head_dim: int, capacity: int,
+                 dtype: torch.dtype, device: torch.device):
+        shape = (batch, kv_heads, max(capacity, 1), head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.length = 0
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        end = self.length + k.shape[2]
+        if end > self.k[layer].shape[2]:
+            self._grow(layer, end)
+        self.k[layer][:, :, self.length:end] = k
+        self.v[layer][:, :, self.length:end] = v
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+    def _grow(self, layer: int, needed: int) -> None:
+        size = max(needed, 2 * self.k[layer].shape[2])
+        for buf in (self.k, self.v):
+            old = buf[layer]
+            buf[layer] = torch.zeros((*old.shape[:2], size, old.shape[3]), dtype=old.dtype, device=old.device)
+            buf[layer][:, :, :old.shape[2]] = old
+
+    def advance(self, n: int) -> None:
+        self.length += n
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: DecoderConfig, qk_norm: bool = True):
+        super().__init__()
+        H, KVH, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.head_dim = D
+        self.q_proj = nn.Linear(cfg.hidden_size, H * D, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, KVH * D, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, KVH * D, bias=False)
+        self.o_proj = nn.Linear(H * D, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(D, cfg.rms_norm_eps) if qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(D, cfg.rms_norm_eps) if qk_norm else nn.Identity()
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None = None,
+                layer: int = 0, mask: torch.Tensor | None = None) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, T, -1, self.head_dim)).transpose(1, 2)  # [B, H, T, D]
+        k = self.k_norm(self.k_proj(x).view(B, T, -1, self.head_dim)).transpose(1, 2)  # [B, KVH, T, D]
+        v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # [B, KVH, L, D]: past and new positions
+        # New positions are the last T of L: causal within them, full over the past.
+        causal = mask is None and T > 1
+        if causal and k.shape[2] != T:
+            mask = torch.ones(T, k.shape[2], dtype=torch.bool, device=x.device).tril(k.shape[2] - T)
+            causal = False
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                             scale=self.head_dim ** -0.5, enable_gqa=True)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Router(nn.Module):
+    def __init__(self, cfg: DecoderConfig):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(cfg.num_experts, cfg.hidden_size))
+        self.top_k, self.norm_topk_prob = cfg.num_experts_per_tok, cfg.norm_topk_prob
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: [N, C] → weights [N, k], expert ids [N, k]."""
+        logits = F.linear(x, self.weight)
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float)
+        weights, ids = torch.topk(probs, self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights.to(logits.dtype), ids
+
+
+class Experts(nn.Module):
+    """All experts of a layer, stacked: gate_up_proj [E, 2I, C], down_proj [E, C, I].
+    The checkpoint stores them per expert; the loader writes each into its slot."""
+
+    def __init__(self, cfg: DecoderConfig):
+        super().__init__()
+        E, I, C = cfg.num_experts, cfg.moe_intermediate_size, cfg.hidden_size
+        self.gate_up_proj = nn.Parameter(torch.empty(E, 2 * I, C))
+        self.down_proj = nn.Parameter(torch.empty(E, C, I))
+
+    def forward(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """x: [N, C]; weights, ids: [N, k]. Experts in ascending order, as HF sums them."""
+        out = torch.zeros_like(x)
+        for e in torch.unique(ids).tolist():
+            token, slot = torch.where(ids == e)
+            gate, up = F.linear(x[token], self.gate_up_proj[e]).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, self.down_proj[e]) * weights[token, slot, None]
+            out.index_add_(0, token, y.to(out.dtype))
+        return out
+
+
+class SparseMoe(nn.Module):
+    """Routed experts, plus (talker) a sigmoid-gated shared expert."""
+
+    def __init__(self, cfg: DecoderConfig):
+        super().__init__()
+        self.gate = Router(cfg)
+        self.experts = Experts(cfg)
+        if cfg.shared_expert_intermediate_size:
+            self.shared_expert = MLP(cfg.hidden_size, cfg.shared_expert_intermediate_size)
+            self.shared_expert_gate = nn.Linear(cfg.hidden_size, 1, bias=False)
+        else:
+            self.shared_expert = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        flat = x.reshape(-1, C)
+        out = self.experts(flat, *self.gate(flat))
+        if self.shared_expert is not None:
+            out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
+        return out.view(B, T, C)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: DecoderConfig, index: int):
+        super().__init__()
+        self.index = index
+        self.self_attn = Attention(cfg)
+        self.mlp = SparseMoe(cfg) if cfg.is_moe_layer(index) else MLP(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, h, cos, sin, cache: KVCache | None = None, mask=None):
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, cache, self.index, mask)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DecoderStack(nn.Module):
+    """layers + final norm; subclasses add the embedding the checkpoint names."""
+
+    def __init__(self, cfg: DecoderConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rope = Rope(cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
+
+    def new_cache(self, batch: int, capacity: int, like: torch.Tensor) -> KVCache:
+        c = self.cfg
+        return KVCache(c.num_hidden_layers, batch, c.num_key_value_heads, c.head_dim, capacity, like.dtype,
+                       like.device)
+
+    def forward(self, h: torch.Tensor, cache: KVCache | None = None, start: int = 0,
+                capture_layer: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """h: [B, T, C] input embeddings at positions start..start+T-1 → (normed last hidden [B, T, C],
+        the output of layer `capture_layer` (1-based, as HF's hidden_states index) or None)."""
+        T = h.shape[1]
+        if cache is not None:
+            assert start == cache.length, f"position {start} != cache length {cache.length}"
+        cos, sin = self.rope(torch.arange(start, start + T, device=h.device), h.dtype)
+        captured = None
+        for layer in self.layers:
+            h = layer(h, cos, sin, cache)
+            if capture_layer == layer.index + 1:
+                captured = h
+        if cache is not None:
+            cache.advance(T)
+        h = self.norm(h)
+        if capture_layer == len(self.layers):
+            captured = h  # HF's last hidden_states entry is the normed output
+        return h, captured

@@ -1,0 +1,148 @@
+"""`load_pipeline` and `Pipeline`: the public face of the engine.
+
+A Pipeline holds the weights and the tokenizer, read-only after loading; every
+request gets its own `SpeechRun` with its own caches and random generators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import tiny
+from .checkpoint import load_tokenizer, load_weights, materialize, read_config
+from .codec import Code2Wav
+from .config import CheckpointError, OmniConfig
+from .events import Done, Result
+from .request import RequestError, SpeechRequest
+from .run import SpeechRun
+from .talker import Talker
+from .thinker import Thinker
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise CheckpointError(f"unknown device {device!r}: use 'auto', 'cpu' or 'cuda'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise CheckpointError("device 'cuda' was asked for, but CUDA is not available here")
+    return dev
+
+
+def resolve_dtype(dtype: str | torch.dtype, cfg: OmniConfig) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = cfg.torch_dtype if dtype == "auto" else str(dtype).replace("torch.", "")
+    if name not in DTYPES:
+        raise CheckpointError(f"unsupported dtype {name!r}: use one of auto, {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto") -> "Pipeline":
+    """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape) or a checkpoint directory."""
+    random_weights = str(source) in tiny.PRESETS
+    path = tiny.ensure_tiny(str(source)) if random_weights else Path(source).expanduser()
+    cfg = read_config(path)
+    tokenizer = load_tokenizer(path)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, cfg)
+    with torch.device("meta"):
+        thinker, talker, codec = Thinker(cfg.thinker), Talker(cfg), Code2Wav(cfg.codec)
+    modules = {"thinker": thinker, "talker": talker, "code2wav": codec}
+    for m in modules.values():
+        materialize(m, dev, dt).eval().requires_grad_(False)
+    load_weights(modules, path)
+    return Pipeline(cfg, thinker, talker, codec, tokenizer, dev, dt, str(source), random_weights)
+
+
+class Pipeline:
+    def __init__(self, config: OmniConfig, thinker: Thinker, talker: Talker, codec: Code2Wav, tokenizer,
+                 device: torch.device, dtype: torch.dtype, source: str, random_weights: bool):
+        self.config, self.thinker, self.talker, self.codec = config, thinker, talker, codec
+        self.tokenizer, self.device, self.dtype = tokenizer, device, dtype
+        self.source, self.random_weights = source, random_weights
+        self.speakers = sorted(config.speakers)
+        self.default_speaker = "ethan" if "ethan" in config.speakers else self.speakers[0]
+        self.suppress_mask = self._suppress_mask()
+        self._graph_predictor = None
+
+    @property
+    def info(self) -> dict:
+        cfg = self.config
+        return dict(
+            source=self.source, name=Path(self.source).name or self.source, random_weights=self.random_weights,
+            device=str(self.device), dtype=str(self.dtype).replace("torch.", ""),
+            cuda_available=torch.cuda.is_available(), speakers=list(self.speakers),
+            default_speaker=self.default_speaker, sample_rate=cfg.sample_rate,
+            samples_per_frame=cfg.codec.samples_per_frame,
+            frame_ms=1000 * cfg.codec.samples_per_frame / cfg.sample_rate,
+            codebook_size=cfg.codec.codebook_size, num_code_groups=cfg.num_code_groups,
+        )
+
+    # ---- requests ---------------------------------------------------------------------------
+
+    def stream(self, request: SpeechRequest, cancel=None, *, overlap: bool = True) -> Iterator:
+        """Yield TextDelta / Frame / AudioChunk events, then Done. Raises RequestError at once on bad input."""
+        clean, warnings = self.check(request)
+        return SpeechRun(self, clean, warnings, cancel, overlap).events()
+
+    def generate(self, request: SpeechRequest, **kwargs) -> Result:
+        for event in self.stream(request, **kwargs):
+            if isinstance(event, Done):
+                return event.result
+        raise RuntimeError("the stream ended without a result")
+
+    def check(self, request: SpeechRequest) -> tuple[SpeechRequest, list[str]]:
+        if not isinstance(request, SpeechRequest):
+            raise RequestError("pass a SpeechRequest")
+        return request.checked(self.speakers)
+
+    # ---- pieces the run uses ----------------------------------------------------------------
+
+    def chat_prompt(self, text: str) -> list[int]:
+        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                 add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    def speaker_id(self, speaker: str | None) -> int:
+        return self.config.speakers[speaker or self.default_speaker]
+
+    def _suppress_mask(self) -> torch.Tensor:
+        """HF suppresses the talker's last 1024 ids (special codec ids) except codec EOS."""
+        vocab = self.config.talker.vocab_size
+        mask = torch.zeros(vocab, dtype=torch.bool, device=self.device)
+        mask[vocab - 1024:] = True
+        mask[self.config.codec_ids["codec_eos_token_id"]] = False
+        return mask
+
+    @property
+    def graph_predictor(self):
+        if self._graph_predictor is None:
+            from .cuda_graph import GraphPredictor
+            self._graph_predictor = GraphPredictor(self.talker.code_predictor)
+        return self._graph_predictor
+
+    # ---- codes → audio ----------------------------------------------------------------------
+
+    @torch.no_grad()
+    def decode(self, codes, num_codebooks: int = 16) -> np.ndarray:
+        """codes [T, 16] → float32 audio at 24 kHz, from the first `num_codebooks` codebooks."""
+        codes = np.asarray(codes)
+        G = self.config.num_code_groups
+        if codes.ndim != 2 or codes.shape[1] != G:
+            raise RequestError(f"codes must have shape [frames, {G}], got {list(codes.shape)}")
+        if not 1 <= int(num_codebooks) <= G:
+            raise RequestError(f"num_codebooks must be between 1 and {G}, got {num_codebooks}")
+        if len(codes) == 0:
+            return np.zeros(0, np.float32)
+        x = torch.as_tensor(codes, dtype=torch.long, device=self.device).T[None]  # [1, 16, T]
+        wav = self.codec(x, num_codebooks=int(num_codebooks))
+        return wav[0, 0].float().cpu().numpy()

@@ -1,0 +1,66 @@
+"""Choosing a token from logits, as HF `generate` does.
+
+Order (HF's): repetition penalty → suppressed ids → (sampling only) temperature →
+top-k → top-p. Greedy takes the argmax of the processed logits. Sampling uses an
+exponential race (argmax of p / Exp(1) noise), which draws exactly from p, needs
+no host sync and runs inside a CUDA graph. The probability of the chosen id under
+the processed distribution is returned alongside it (the app draws it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0  # 1.0: off
+
+
+def repetition_penalty(logits: torch.Tensor, history: torch.Tensor | None, penalty: float) -> torch.Tensor:
+    """logits: [B, V]; history: [B, L] ids already generated. HF: divide positive, multiply negative."""
+    if history is None or history.numel() == 0 or penalty == 1.0:
+        return logits
+    score = torch.gather(logits, 1, history)
+    score = torch.where(score < 0, score * penalty, score / penalty)
+    return logits.scatter(1, history, score)
+
+
+def suppress(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """mask: [V] bool, True for ids that must never be chosen."""
+    return logits if mask is None else logits.masked_fill(mask, float("-inf"))
+
+
+def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """Temperature, top-k, top-p (sampling only), as HF's warpers."""
+    if cfg.temperature != 1.0:
+        logits = logits / cfg.temperature
+    if cfg.top_k:
+        kth = torch.topk(logits, min(cfg.top_k, logits.shape[-1]))[0][..., -1, None]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if cfg.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=False)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        drop = cumulative <= (1 - cfg.top_p)
+        drop[..., -1:] = False  # keep at least one
+        logits = logits.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+    return logits
+
+
+def choose(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits: [B, V] (already penalised/suppressed) → ids [B] int64, probability of each id [B] float32."""
+    logits = logits.float()
+    if cfg.do_sample:
+        probs = warp(logits, cfg).softmax(dim=-1)
+        noise = torch.empty_like(probs).exponential_(generator=generator)
+        ids = (probs / noise).argmax(dim=-1)
+    else:
+        probs = logits.softmax(dim=-1)
+        ids = logits.argmax(dim=-1)
+    return ids, probs.gather(1, ids[:, None])[:, 0]

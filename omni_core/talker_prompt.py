@@ -1,0 +1,106 @@
+"""The talker's prompt and its text steps, built as HF `generate` builds them.
+
+Prompt (HF `_get_talker_user_parts` + `_get_talker_assistant_parts`), for a thinker
+sequence `... <|im_start|>assistant\\n r0 r1 r2 ...`:
+
+  user part:      text_projection(embed(t)) for every token of the user turns
+  assistant part: 9 positions, text track + codec track summed:
+      text  = [a0, a1, a2, pad, pad, pad, pad, tts_bos, r0']   (x' = text_projection(embed(x)))
+      codec = [0,  0,  0, nothink, think_bos, think_eos, speaker, codec_pad, codec_bos]
+
+Text steps (`trailing_text_hidden`): step k reads r(k+1)' while reply tokens remain,
+then tts_eos once, then tts_pad forever. Steps are pulled lazily, so the talker can
+start as soon as the thinker has written its first token (overlap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from .config import OmniConfig
+from .talker import Talker
+from .thinker import Thinker
+
+
+def user_positions(ids: list[int], im_start: int, user: int) -> list[int]:
+    """Positions whose turn (the token after the last <|im_start|> at or before it) is `user`."""
+    out, turn_start = [], 0
+    for p, t in enumerate(ids):
+        if t == im_start:
+            turn_start = p
+        role_pos = min(turn_start + 1, len(ids) - 1)
+        if ids[role_pos] == user:
+            out.append(p)
+    return out
+
+
+def assistant_start(ids: list[int], im_start: int, assistant: int) -> int:
+    starts = [p for p in range(len(ids) - 1) if ids[p] == im_start and ids[p + 1] == assistant]
+    if not starts:
+        raise ValueError("the prompt has no '<|im_start|>assistant' turn; the chat template must add one")
+    return starts[-1]
+
+
+class TalkerPromptBuilder:
+    """Projects thinker tokens into talker space; one per request (no shared state)."""
+
+    def __init__(self, cfg: OmniConfig, thinker: Thinker, talker: Talker):
+        self.cfg, self.thinker, self.talker = cfg, thinker, talker
+        tok = cfg.token_ids
+        specials = torch.tensor([[tok["tts_bos"], tok["tts_eos"], tok["tts_pad"]]], device=self.device)
+        self.tts_bos, self.tts_eos, self.tts_pad = self.project(specials).chunk(3, dim=1)  # 3 × [1, 1, C]
+
+    @property
+    def device(self) -> torch.device:
+        return self.talker.codec_head.weight.device
+
+    @torch.no_grad()
+    def project(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [1, T] → text_projection(thinker embedding) [1, T, C]."""
+        return self.talker.text_projection(self.thinker.embed(ids))
+
+    @torch.no_grad()
+    def prompt(self, prompt_ids: list[int], first_reply_id: int, speaker_id: int) -> torch.Tensor:
+        """The talker's input embeddings [1, U + 9, C]."""
+        tok, codec = self.cfg.token_ids, self.cfg.codec_ids
+        ids = torch.tensor([prompt_ids], device=self.device)
+        user = user_positions(prompt_ids, tok["im_start"], tok["user"])
+        user_part = self.project(ids)[:, user]  # projected over the whole prompt, then gathered (as HF)
+        a = assistant_start(prompt_ids, tok["im_start"], tok["assistant"])
+        head = self.project(torch.tensor([prompt_ids[a:a + 3] + [first_reply_id]], device=self.device))
+        text = torch.cat([head[:, :3], self.tts_pad.expand(1, 4, -1), self.tts_bos, head[:, 3:4]], dim=1)
+        codec_ids = torch.tensor([[codec["codec_nothink_id"], codec["codec_think_bos_id"],
+                                   codec["codec_think_eos_id"], speaker_id, codec["codec_pad_id"],
+                                   codec["codec_bos_id"]]], device=self.device)
+        zeros = torch.zeros(1, 3, text.shape[-1], dtype=text.dtype, device=self.device)
+        codec_part = torch.cat([zeros, self.talker.model.codec_embedding(codec_ids)], dim=1)
+        return torch.cat([user_part, text + codec_part], dim=1)
+
+
+class TextSteps:
+    """trailing_text_hidden, pulled one entry per talker step from the thinker's reply."""
+
+    def __init__(self, builder: TalkerPromptBuilder, reply: Iterator[int], first_id: int):
+        self.builder, self.reply = builder, reply
+        self.ids = [first_id]  # the reply so far; step k needs ids[k + 1]
+        self.done = False
+
+    def pull(self) -> bool:
+        """Read one more reply token; False when the reply is over."""
+        if not self.done:
+            nxt = next(self.reply, None)
+            if nxt is None:
+                self.done = True
+            else:
+                self.ids.append(nxt)
+        return not self.done
+
+    def __getitem__(self, k: int) -> torch.Tensor:
+        """[1, 1, C] for talker decode step k."""
+        while len(self.ids) <= k + 1 and self.pull():
+            pass
+        if k + 1 < len(self.ids):
+            return self.builder.project(torch.tensor([[self.ids[k + 1]]], device=self.builder.device))
+        return self.builder.tts_eos if k + 1 == len(self.ids) else self.builder.tts_pad
