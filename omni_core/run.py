@@ -62,14 +62,13 @@ class SpeechRun:
         self.t0 = t0
         prompt_ids, reply, text_events = self._thinker()
         yield from text_events()
-        first = self.clock.time("thinker", next, reply)
         builder = TalkerPromptBuilder(self.cfg, self.pipe.thinker, self.pipe.talker)
-        steps = TextSteps(builder, self._timed(reply), first)
+        steps = TextSteps(builder, self._timed(reply))
         if not self.overlap:
             while self.clock.time("thinker", steps.pull):
                 pass
         yield from self._text_so_far(steps)
-        prompt = self.clock.time("talker", builder.prompt, prompt_ids, first, self.pipe.speaker_id(self.req.speaker))
+        prompt = self.clock.time("talker", builder.prompt, prompt_ids, steps.first_spoken, self.pipe.speaker_id(self.req.speaker))
         yield from self._frames(prompt, steps)
         result = self._result(prompt_ids, steps, time.perf_counter() - t0)
         yield Done(result)
@@ -104,8 +103,8 @@ class SpeechRun:
         if self.req.mode != "chat":
             return
         shown = getattr(self, "_shown", 0)
-        new = [t for t in steps.ids[shown:] if t != self.cfg.token_ids["im_end"]]
-        self._shown = len(steps.ids)
+        new = steps.spoken[shown:]
+        self._shown = shown + len(new)
         if new:
             yield TextDelta(self.pipe.tokenizer.decode(new, skip_special_tokens=True), new)
 
@@ -216,8 +215,7 @@ class SpeechRun:
         s.audio_s = len(audio) / cfg.sample_rate
         s.rtf = total / s.audio_s if s.audio_s else None
         s.predictor_ms_per_frame = 1000 * s.predictor_s / s.frames if s.frames else None
-        im_end = cfg.token_ids["im_end"]
-        spoken = [t for t in steps.ids if t != im_end]
+        spoken = steps.spoken
         s.text_tokens = len(spoken)
         text = self.req.text if self.req.mode == "speak" else self.pipe.tokenizer.decode(spoken,
                                                                                           skip_special_tokens=True)

@@ -8,9 +8,12 @@ sequence `... <|im_start|>assistant\\n r0 r1 r2 ...`:
       text  = [a0, a1, a2, pad, pad, pad, pad, tts_bos, r0']   (x' = text_projection(embed(x)))
       codec = [0,  0,  0, nothink, think_bos, think_eos, speaker, codec_pad, codec_bos]
 
-Text steps (`trailing_text_hidden`): step k reads r(k+1)' while reply tokens remain,
-then tts_eos once, then tts_pad forever. Steps are pulled lazily, so the talker can
-start as soon as the thinker has written its first token (overlap).
+Text steps (`trailing_text_hidden`): step k reads r(k+1)', then tts_eos once, then
+tts_pad forever. As in HF, the reply's last token (the EOS, or the token where
+`max_new_tokens` cut it) is never fed back to the thinker, so it is never spoken:
+a reply r0..r(G-1) gives text steps r1'..r(G-2)', tts_eos (and with G = 1 the
+prompt has no r0' slot at all). Steps are pulled lazily, so the talker can start
+as soon as the thinker has written its first two tokens (overlap).
 """
 
 from __future__ import annotations
@@ -62,14 +65,15 @@ class TalkerPromptBuilder:
         return self.talker.text_projection(self.thinker.embed(ids))
 
     @torch.no_grad()
-    def prompt(self, prompt_ids: list[int], first_reply_id: int, speaker_id: int) -> torch.Tensor:
-        """The talker's input embeddings [1, U + 9, C]."""
+    def prompt(self, prompt_ids: list[int], first_reply_id: int | None, speaker_id: int) -> torch.Tensor:
+        """The talker's input embeddings [1, U + 9, C] ([1, U + 8, C] when the reply has one token)."""
         tok, codec = self.cfg.token_ids, self.cfg.codec_ids
         ids = torch.tensor([prompt_ids], device=self.device)
         user = user_positions(prompt_ids, tok["im_start"], tok["user"])
         user_part = self.project(ids)[:, user]  # projected over the whole prompt, then gathered (as HF)
         a = assistant_start(prompt_ids, tok["im_start"], tok["assistant"])
-        head = self.project(torch.tensor([prompt_ids[a:a + 3] + [first_reply_id]], device=self.device))
+        first = [] if first_reply_id is None else [first_reply_id]
+        head = self.project(torch.tensor([prompt_ids[a:a + 3] + first], device=self.device))
         text = torch.cat([head[:, :3], self.tts_pad.expand(1, 4, -1), self.tts_bos, head[:, 3:4]], dim=1)
         codec_ids = torch.tensor([[codec["codec_nothink_id"], codec["codec_think_bos_id"],
                                    codec["codec_think_eos_id"], speaker_id, codec["codec_pad_id"],
@@ -82,10 +86,22 @@ class TalkerPromptBuilder:
 class TextSteps:
     """trailing_text_hidden, pulled one entry per talker step from the thinker's reply."""
 
-    def __init__(self, builder: TalkerPromptBuilder, reply: Iterator[int], first_id: int):
+    def __init__(self, builder: TalkerPromptBuilder, reply: Iterator[int]):
         self.builder, self.reply = builder, reply
-        self.ids = [first_id]  # the reply so far; step k needs ids[k + 1]
+        self.ids: list[int] = []  # the reply so far
         self.done = False
+        while len(self.ids) < 2 and self.pull():  # the prompt needs to know whether r0 is the last token
+            pass
+
+    @property
+    def first_spoken(self) -> int | None:
+        """r0, when it is spoken (not the reply's last token)."""
+        return self.ids[0] if len(self.ids) > 1 else None
+
+    @property
+    def spoken(self) -> list[int]:
+        """The reply ids the talker reads (or will read) so far: never the newest, which may be the last."""
+        return self.ids[:-1]
 
     def pull(self) -> bool:
         """Read one more reply token; False when the reply is over."""
@@ -98,9 +114,9 @@ class TextSteps:
         return not self.done
 
     def __getitem__(self, k: int) -> torch.Tensor:
-        """[1, 1, C] for talker decode step k."""
-        while len(self.ids) <= k + 1 and self.pull():
+        """[1, 1, C] for talker decode step k: r(k+1)' if r(k+1) is not the reply's last token."""
+        while len(self.ids) <= k + 2 and self.pull():
             pass
-        if k + 1 < len(self.ids):
+        if k + 2 < len(self.ids):
             return self.builder.project(torch.tensor([[self.ids[k + 1]]], device=self.builder.device))
-        return self.builder.tts_eos if k + 1 == len(self.ids) else self.builder.tts_pad
+        return self.builder.tts_eos if k == max(len(self.ids) - 2, 0) else self.builder.tts_pad

@@ -1,0 +1,97 @@
+"""Shared fixtures. Engine tests: the HF reference (the oracle) and our pipeline on
+the same tiny checkpoint, for two differently shaped presets."""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+
+import pytest
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+warnings.filterwarnings("ignore", message=".*rope_parameters.*")
+
+PRESETS = ("tiny", "tiny-b")
+
+
+@functools.lru_cache(maxsize=None)
+def hf_reference(preset: str):
+    """HF Qwen3OmniMoeForConditionalGeneration loaded from the saved tiny checkpoint (float32, eval)."""
+    import torch
+    from transformers import Qwen3OmniMoeForConditionalGeneration
+
+    from omni_core.tiny import ensure_tiny
+
+    torch.manual_seed(0)
+    return Qwen3OmniMoeForConditionalGeneration.from_pretrained(ensure_tiny(preset), dtype=torch.float32).eval()
+
+
+@functools.lru_cache(maxsize=None)
+def our_pipeline(preset: str, dtype: str = "float32"):
+    from omni_core import load_pipeline
+
+    return load_pipeline(preset, device="cpu", dtype=dtype)
+
+
+@pytest.fixture(params=PRESETS)
+def preset(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def hf(preset):
+    return hf_reference(preset)
+
+
+@pytest.fixture
+def pipe(preset):
+    return our_pipeline(preset)
+
+
+# ---- app tests: one real `python app.py` server for the whole session ----------------------
+
+APP_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+APP_START_TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="session")
+def app_server(tmp_path_factory) -> str:
+    """Start `python app.py --port <free port>` on the tiny model; yield its URL, stop it at the end."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_path = tmp_path_factory.mktemp("app") / "server.log"
+    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=APP_ROOT, env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + APP_START_TIMEOUT_S
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"app.py exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"app.py did not answer within {APP_START_TIMEOUT_S} s:\n{log_path.read_text()[-4000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
