@@ -42,7 +42,10 @@ def _read_npy(path: Path):
     try:
         return np.load(path, allow_pickle=False)
     except ValueError as e:
-        raise RequestError(f"{path.name} is not a plain numeric .npy array ({e})") from None
+        if "pickle" in str(e):
+            raise RequestError(f"{path.name} is not a plain numeric .npy array: pickled or object data "
+                               "is never loaded") from None
+        raise RequestError(f"{path.name} is not a readable .npy file ({e})") from None
     except Exception as e:
         raise RequestError(f"{path.name} is not a readable .npy file ({type(e).__name__})") from None
 

@@ -64,7 +64,7 @@ class SpeechRun:
         yield from text_events()
         builder = TalkerPromptBuilder(self.cfg, self.pipe.thinker, self.pipe.talker)
         steps = TextSteps(builder, self._timed(reply))
-        if not self.overlap:
+        if not self.overlap or self.req.mode == "speak":  # speak mode: the whole reply is known
             while self.clock.time("thinker", steps.pull):
                 pass
         yield from self._text_so_far(steps)

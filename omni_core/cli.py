@@ -1,0 +1,62 @@
+"""Command line: `python -m omni_core synth "text" ...` and `python -m omni_core bench`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m omni_core", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    synth = sub.add_parser("synth", help="text → WAV (and codes)")
+    synth.add_argument("text")
+    synth.add_argument("--model", default="tiny", help="'tiny' or a checkpoint directory")
+    synth.add_argument("--mode", default="speak", choices=["speak", "chat"])
+    synth.add_argument("--predictor", default="reprefill", choices=["reprefill", "kv", "compare"])
+    synth.add_argument("--speaker", default=None)
+    synth.add_argument("--device", default="auto")
+    synth.add_argument("--dtype", default="auto")
+    synth.add_argument("--max-frames", type=int, default=None)
+    synth.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--out", default="out.wav", help="WAV file to write")
+    synth.add_argument("--codes", default=None, help=".npy (or .json) file for the codes [T, 16]")
+    bench = sub.add_parser("bench", help="benchmark against the HF reference")
+    bench.add_argument("--quick", action="store_true", help="fewer repeats and sizes (a smoke run)")
+    bench.add_argument("--json", default="bench_results/bench.json")
+    args = parser.parse_args(argv)
+    if args.command == "bench":
+        from .bench import main as bench_main
+        return bench_main(quick=args.quick, json_path=args.json)
+    return _synth(args)
+
+
+def _synth(args) -> int:
+    import soundfile as sf
+
+    from . import CheckpointError, RequestError, SpeechRequest, codes_to_json, load_pipeline
+
+    try:
+        pipe = load_pipeline(args.model, device=args.device, dtype=args.dtype)
+        result = pipe.generate(SpeechRequest(args.text, mode=args.mode, predictor=args.predictor,
+                                             speaker=args.speaker, max_frames=args.max_frames,
+                                             do_sample=args.sample, seed=args.seed))
+    except (CheckpointError, RequestError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    sf.write(args.out, result.audio, result.sample_rate, subtype="PCM_16")
+    if args.codes:
+        if args.codes.endswith(".json"):
+            with open(args.codes, "w") as f:
+                f.write(codes_to_json(result.codes))
+        else:
+            np.save(args.codes, result.codes)
+    s = result.stats
+    for warning in s.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"{s.frames} frames, {s.audio_s:.2f} s of audio in {s.total_s:.2f} s (RTF {s.rtf:.3f}); "
+          f"predictor {s.predictor} {s.predictor_ms_per_frame:.2f} ms/frame; wrote {args.out}")
+    return 0

@@ -1,0 +1,76 @@
+"""Code predictor (seed M05): re-prefill == HF `code_predictor.generate(do_sample=False)` == KV."""
+
+from __future__ import annotations
+
+import torch
+
+from omni_core.code_predictor import PREDICTOR_SAMPLING, predict_kv, predict_reprefill
+
+
+def inputs(pipe, batch=3, seed=0):
+    C = pipe.config.predictor.hidden_size
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(batch, C, generator=g)  # stands in for the talker's last hidden state
+    cb0 = torch.randint(0, 2048, (batch,), generator=g)
+    return h, pipe.talker.model.codec_embedding(cb0)
+
+
+def test_reprefill_equals_hf_generate_equals_kv(hf, pipe):
+    cp = pipe.talker.code_predictor
+    h, e0 = inputs(pipe)
+    want = hf.talker.code_predictor.generate(inputs_embeds=torch.stack([h, e0], 1), max_new_tokens=15,
+                                             do_sample=False)
+    codes, probs, embeds = predict_reprefill(cp, h, e0)
+    kv_codes, kv_probs, kv_embeds = predict_kv(cp, h, e0)
+    assert codes.shape == (3, 15)
+    torch.testing.assert_close(codes, want)
+    torch.testing.assert_close(kv_codes, codes, rtol=0, atol=0)
+    torch.testing.assert_close(kv_probs, probs)
+    torch.testing.assert_close(kv_embeds, embeds)
+    assert len(set(codes[0].tolist())) > 5  # not one code repeated
+
+
+def test_each_step_uses_its_own_head_and_table(pipe):
+    cp = pipe.talker.code_predictor
+    h, e0 = inputs(pipe)
+    codes, _, embeds = predict_reprefill(cp, h, e0)
+    for j in range(15):
+        torch.testing.assert_close(embeds[:, j], cp.model.codec_embedding[j](codes[:, j]))
+
+
+def test_kv_cache_grows_by_one_per_step(pipe):
+    lengths = []
+    predict_kv(pipe.talker.code_predictor, *inputs(pipe), on_step=lambda cache: lengths.append(cache.length))
+    assert lengths == list(range(2, 17))
+
+
+def test_row_alone_equals_row_in_batch(pipe):
+    cp = pipe.talker.code_predictor
+    h, e0 = inputs(pipe, batch=4)
+    for predict in (predict_reprefill, predict_kv):
+        batch = predict(cp, h, e0)[0]
+        alone = predict(cp, h[2:3], e0[2:3])[0]
+        torch.testing.assert_close(alone[0], batch[2], rtol=0, atol=0)
+
+
+def test_inputs_are_not_modified(pipe):
+    h, e0 = inputs(pipe)
+    h0, e00 = h.clone(), e0.clone()
+    predict_kv(pipe.talker.code_predictor, h, e0)
+    predict_reprefill(pipe.talker.code_predictor, h, e0)
+    assert torch.equal(h, h0) and torch.equal(e0, e00)
+
+
+def test_sampling_is_seeded_and_both_predictors_agree(pipe):
+    cp = pipe.talker.code_predictor
+    h, e0 = inputs(pipe)
+
+    def run(predict, seed):
+        return predict(cp, h, e0, PREDICTOR_SAMPLING, torch.Generator().manual_seed(seed))[0]
+
+    a = run(predict_reprefill, 7)
+    torch.testing.assert_close(a, run(predict_reprefill, 7), rtol=0, atol=0)
+    torch.testing.assert_close(a, run(predict_kv, 7), rtol=0, atol=0)  # same noise, same logits
+    assert not torch.equal(a, run(predict_reprefill, 8))
+    greedy = predict_reprefill(cp, h, e0)[0]
+    assert not torch.equal(a, greedy)

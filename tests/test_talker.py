@@ -1,0 +1,85 @@
+"""The talker's inputs: the next-step input HF's `prepare_inputs_for_generation` builds,
+and the speak-mode prompt HF builds from the same thinker states."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from transformers import DynamicCache, LogitsProcessor
+
+from omni_core import SpeechRequest
+from omni_core.code_predictor import predict_reprefill
+from omni_core.talker_prompt import TalkerPromptBuilder, TextSteps
+
+
+def test_next_talker_input_equals_hf(hf, pipe):
+    C = pipe.config.talker.hidden_size
+    g = torch.Generator().manual_seed(1)
+    h_last = torch.randn(1, 1, C, generator=g)  # talker's last hidden state (last layer, last position)
+    cb0 = torch.tensor([[517]])
+    trailing, pad = torch.randn(1, 5, C, generator=g), torch.randn(1, 1, C, generator=g)
+    cache = DynamicCache(config=hf.talker.config.text_config)
+    for step in (0, 4, 5, 9):  # inside the text, its last entry, and past its end (tts_pad)
+        want = hf.talker.prepare_inputs_for_generation(
+            cb0, cache=cache, hidden_states=((h_last,), None), generation_step=step,
+            trailing_text_hidden=trailing, tts_pad_embed=pad, use_cache=True, is_first_iteration=False)
+        codes, _, embeds = predict_reprefill(pipe.talker.code_predictor, h_last[:, 0],
+                                             pipe.talker.model.codec_embedding(cb0[:, 0]))
+        text_step = trailing[:, step:step + 1] if step < trailing.shape[1] else pad
+        got = pipe.talker.embed_codes(cb0[:, 0], embeds) + text_step
+        torch.testing.assert_close(want["residual_codes"], torch.cat([cb0, codes], dim=1))
+        torch.testing.assert_close(got, want["inputs_embeds"], atol=1e-5, rtol=1e-5)
+
+
+class ForceTokens(LogitsProcessor):
+    """Make HF's thinker write a given reply, so HF builds the talker prompt from it."""
+
+    def __init__(self, prompt_len: int, reply: list[int]):
+        self.prompt_len, self.reply = prompt_len, reply
+
+    def __call__(self, input_ids, scores):
+        forced = torch.full_like(scores, float("-inf"))
+        forced[:, self.reply[input_ids.shape[1] - self.prompt_len]] = 0
+        return forced
+
+
+def hf_talker_inputs(hf, pipe, text: str, max_frames: int):
+    """HF's talker prompt, trailing text and codes when its thinker writes `text` + <|im_end|>."""
+    prompt = pipe.chat_prompt(text)
+    reply = pipe.tokenizer(text, add_special_tokens=False)["input_ids"] + [pipe.config.token_ids["im_end"]]
+    captured, original = {}, hf.talker.generate
+
+    def capture(**kw):
+        captured.update(kw)
+        return original(**kw)
+
+    hf.talker.generate = capture
+    try:
+        _, wav = hf.generate(input_ids=torch.tensor([prompt]), speaker="ethan", thinker_do_sample=False,
+                             thinker_max_new_tokens=len(reply), thinker_eos_token_id=reply[-1],
+                             thinker_logits_processor=[ForceTokens(len(prompt), reply)],
+                             talker_max_new_tokens=max_frames + 1, talker_do_sample=False)
+    finally:
+        hf.talker.generate = original
+    return prompt, reply, captured, wav.reshape(-1).numpy()
+
+
+def test_speak_mode_prompt_equals_hf(hf, pipe):
+    text = "Say exactly this."
+    prompt, reply, want, _ = hf_talker_inputs(hf, pipe, text, 4)
+    builder = TalkerPromptBuilder(pipe.config, pipe.thinker, pipe.talker)
+    steps = TextSteps(builder, iter(reply))
+    got = builder.prompt(prompt, steps.first_spoken, pipe.speaker_id("ethan"))
+    torch.testing.assert_close(got, want["inputs_embeds"], atol=1e-5, rtol=1e-5)
+    trailing = want["trailing_text_hidden"]
+    got_steps = torch.cat([steps[k] for k in range(trailing.shape[1] + 2)], dim=1)
+    torch.testing.assert_close(got_steps[:, :trailing.shape[1]], trailing, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got_steps[:, -2:], want["tts_pad_embed"].expand(1, 2, -1))
+
+
+def test_speak_mode_codes_equal_hf(hf, pipe):
+    text = "Say exactly this."
+    _, _, _, want_wav = hf_talker_inputs(hf, pipe, text, 10)
+    result = pipe.generate(SpeechRequest(text, mode="speak", max_frames=10))
+    assert result.text == text and result.text_ids == pipe.tokenizer(text, add_special_tokens=False)["input_ids"]
+    np.testing.assert_allclose(result.audio, want_wav, atol=1e-4, rtol=0)  # audio is a function of the codes
