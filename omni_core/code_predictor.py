@@ -12,7 +12,9 @@ signature, identical codes:
   cache (cache length 2, 3, 4, ... after each step); 16 positions of work, not 135.
 
 Both return codes [B, G-1], their probabilities [B, G-1] and the codec embeddings
-[B, G-1, C] (the next talker input needs them).
+[B, G-1, C] (the next talker input needs them). When sampling, the noise for all
+G-1 steps is drawn up front from the caller's generator (`frame_noise`), so the
+eager, KV and graph versions draw identical codes for one seed.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from torch import nn
 
 from .config import DecoderConfig
 from .layers import DecoderStack
-from .sampling import SamplingConfig, choose
+from .sampling import SamplingConfig, choose, draw_noise
 
 # HF's code predictor samples with its own settings, whatever the talker uses.
 PREDICTOR_SAMPLING = SamplingConfig(do_sample=True, temperature=1.0, top_k=50, top_p=0.8)
@@ -46,22 +48,32 @@ class CodePredictor(nn.Module):
         self.lm_head = nn.ModuleList(nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
                                      for _ in range(num_code_groups - 1))
 
-    def step(self, j: int, last_hidden: torch.Tensor, sampling: SamplingConfig,
-             generator: torch.Generator | None):
+    def step(self, j: int, last_hidden: torch.Tensor, sampling: SamplingConfig, noise: torch.Tensor | None):
         """last_hidden [B, C] → CB(j+1) ids [B], probs [B], embedding [B, C]."""
-        code, prob = choose(self.lm_head[j](last_hidden), sampling, generator)
+        code, prob = choose(self.lm_head[j](last_hidden), sampling, noise=None if noise is None else noise[j])
         return code, prob, self.model.codec_embedding[j](code)
+
+    def frame_noise(self, batch: int, sampling: SamplingConfig, generator: torch.Generator | None,
+                    device) -> torch.Tensor | None:
+        """Exp(1) noise [G-1, B, V] for one frame, or None when greedy."""
+        if not sampling.do_sample:
+            return None
+        vocab = self.lm_head[0].weight.shape[0]
+        return draw_noise((self.num_code_groups - 1, batch, vocab), generator, device)
 
 
 @torch.no_grad()
 def predict_reprefill(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Tensor,
-                      sampling: SamplingConfig = GREEDY, generator: torch.Generator | None = None):
+                      sampling: SamplingConfig = GREEDY, generator: torch.Generator | None = None,
+                      noise: torch.Tensor | None = None):
     """h_talker, e_cb0: [B, C] → codes [B, G-1], probs [B, G-1], embeds [B, G-1, C]."""
+    if noise is None:
+        noise = cp.frame_noise(h_talker.shape[0], sampling, generator, h_talker.device)
     seq = torch.stack([h_talker, e_cb0], dim=1)  # [B, 2, C]
     codes, probs, embeds = [], [], []
     for j in range(cp.num_code_groups - 1):
         hidden, _ = cp.model(seq)  # the whole sequence, no cache
-        code, prob, emb = cp.step(j, hidden[:, -1], sampling, generator)
+        code, prob, emb = cp.step(j, hidden[:, -1], sampling, noise)
         codes.append(code), probs.append(prob), embeds.append(emb)
         seq = torch.cat([seq, emb[:, None]], dim=1)  # [B, j+3, C]
     return torch.stack(codes, 1), torch.stack(probs, 1), torch.stack(embeds, 1)
@@ -73,6 +85,7 @@ def predict_kv(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Tensor,
                on_step=None):
     """Same contract as `predict_reprefill`; `on_step(cache)` is called after each forward (tests)."""
     G = cp.num_code_groups
+    noise = cp.frame_noise(h_talker.shape[0], sampling, generator, h_talker.device)
     cache = cp.model.new_cache(h_talker.shape[0], G, like=h_talker)
     x = torch.stack([h_talker, e_cb0], dim=1)  # [B, 2, C] first, then [B, 1, C]
     codes, probs, embeds = [], [], []
@@ -80,7 +93,7 @@ def predict_kv(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Tensor,
         hidden, _ = cp.model(x, cache, start=cache.length)
         if on_step is not None:
             on_step(cache)
-        code, prob, emb = cp.step(j, hidden[:, -1], sampling, generator)
+        code, prob, emb = cp.step(j, hidden[:, -1], sampling, noise)
         codes.append(code), probs.append(prob), embeds.append(emb)
         x = emb[:, None]  # only the new position
     return torch.stack(codes, 1), torch.stack(probs, 1), torch.stack(embeds, 1)

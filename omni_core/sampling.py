@@ -52,13 +52,20 @@ def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     return logits
 
 
-def choose(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None = None
-           ) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits: [B, V] (already penalised/suppressed) → ids [B] int64, probability of each id [B] float32."""
+def draw_noise(shape: tuple[int, ...], generator: torch.Generator | None, device) -> torch.Tensor:
+    """Exp(1) noise for `choose`; drawn ahead so a CUDA graph can read it from a static buffer."""
+    return torch.empty(shape, dtype=torch.float32, device=device).exponential_(generator=generator)
+
+
+def choose(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None = None,
+           noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits: [B, V] (already penalised/suppressed) → ids [B] int64, probability of each id [B] float32.
+    Sampling reads `noise` [B, V] when given, else draws it from `generator`."""
     logits = logits.float()
     if cfg.do_sample:
         probs = warp(logits, cfg).softmax(dim=-1)
-        noise = torch.empty_like(probs).exponential_(generator=generator)
+        if noise is None:
+            noise = draw_noise(probs.shape, generator, probs.device)
         ids = (probs / noise).argmax(dim=-1)
     else:
         probs = logits.softmax(dim=-1)

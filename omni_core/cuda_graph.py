@@ -1,0 +1,77 @@
+"""The re-prefill code predictor as one CUDA graph per batch-size bucket.
+
+Re-prefill has no KV state, so a frame's whole 15-step loop (layers, lm_heads,
+sampling, codec embeddings) runs with the same shapes every time for a given
+batch size: it is captured once per bucket (1, 2, 4, 8, 16, 32) and replayed.
+Static buffers are sized for the largest bucket; a call copies its rows into
+`[:B]`, replays the graph of the smallest bucket that fits, and clones `[:B]` of
+the outputs (rows are independent, so the unused rows do not matter). Batches
+larger than the largest bucket run eagerly: eager is the reference, the graph an
+optimisation of it. Sampling reads Exp(1) noise from a static buffer, drawn by
+the caller's seeded generator before each replay, so a seed gives the codes the
+eager predictor gives. One lock guards the shared static buffers: each call
+overwrites every input it uses, so nothing passes from one request to another.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from .code_predictor import CodePredictor, predict_reprefill
+from .sampling import SamplingConfig
+
+BUCKETS = (1, 2, 4, 8, 16, 32)
+
+
+class GraphPredictor:
+    def __init__(self, cp: CodePredictor, buckets: tuple[int, ...] = BUCKETS):
+        self.cp, self.buckets = cp, buckets
+        weight = cp.lm_head[0].weight
+        B, C, V, G = max(buckets), weight.shape[1], weight.shape[0], cp.num_code_groups
+        dev, dt = weight.device, weight.dtype
+        self.h = torch.zeros(B, C, dtype=dt, device=dev)  # static inputs
+        self.e0 = torch.zeros(B, C, dtype=dt, device=dev)
+        self.noise = torch.ones(G - 1, B, V, dtype=torch.float32, device=dev)
+        self.graphs: dict[tuple[int, SamplingConfig], tuple[torch.cuda.CUDAGraph, tuple]] = {}
+        self.pool = None
+        self.lock = threading.Lock()
+
+    def bucket(self, batch: int) -> int | None:
+        return next((b for b in self.buckets if b >= batch), None)
+
+    @torch.no_grad()
+    def run(self, h: torch.Tensor, e0: torch.Tensor, sampling: SamplingConfig,
+            generator: torch.Generator | None = None):
+        """Same contract as `predict_reprefill`."""
+        B = h.shape[0]
+        size = self.bucket(B)
+        noise = self.cp.frame_noise(B, sampling, generator, h.device)
+        if size is None:  # larger than every bucket: eager
+            return predict_reprefill(self.cp, h, e0, sampling, noise=noise)
+        with self.lock:
+            graph, out = self.graphs.get((size, sampling)) or self._capture(size, sampling)
+            self.h[:B].copy_(h)
+            self.e0[:B].copy_(e0)
+            if noise is not None:
+                self.noise[:, :B].copy_(noise)
+            graph.replay()
+            return tuple(t[:B].clone() for t in out)
+
+    def _capture(self, size: int, sampling: SamplingConfig):
+        """Warm up on a side stream, then capture into the shared memory pool."""
+        args = (self.cp, self.h[:size], self.e0[:size], sampling)
+        noise = self.noise[:, :size] if sampling.do_sample else None
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                predict_reprefill(*args, noise=noise)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = predict_reprefill(*args, noise=noise)
+        self.pool = graph.pool()
+        self.graphs[(size, sampling)] = (graph, out)
+        return graph, out
