@@ -157,8 +157,9 @@ def _scale_up(model) -> None:
     """Give the random weights enough spread that codes vary across frames.
 
     HF initialises with std 0.02, which makes every logit nearly equal: greedy
-    decoding then repeats one code. A larger, seeded spread keeps the model a
-    structurally honest test (routing, attention and codes all vary).
+    decoding then repeats one code, and the codec's audio peaks near 1e-6. A larger,
+    seeded spread keeps the model a structurally honest test (routing, attention
+    and codes all vary; the audio is audible and mostly unclamped).
     """
     import torch
 
@@ -167,6 +168,42 @@ def _scale_up(model) -> None:
         for name, p in model.named_parameters():
             if p.dim() >= 2 and "code2wav" not in name:
                 p.copy_(torch.randn(p.shape, generator=gen) * (1.0 / p.shape[-1]) ** 0.5)
+    _spread_codec(model.code2wav)
+
+
+def _spread_codec(code2wav, seed: int = SEED + 2) -> None:
+    """Unit-gain random weights; residual branches and the output conv scaled down and the output
+    conv made DC-free, so activations stay O(1) through the decoder and the audio mostly unclamped."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    rand = lambda shape, std, mean=0.0: torch.randn(shape, generator=gen) * std + mean  # noqa: E731
+    final = f"decoder.{len(code2wav.decoder) - 1}."
+    with torch.no_grad():
+        for name, p in code2wav.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if name == "code_embedding.weight":
+                p.copy_(rand(p.shape, 1.0))
+            elif p.dim() >= 2:
+                fan_in = 2 * p.shape[0] if isinstance(_owner(code2wav, name), torch.nn.ConvTranspose1d) \
+                    else p[0].numel()
+                gain = 0.1 if name.startswith(final) else 0.3 if ".conv2." in name else 1.0
+                p.copy_(rand(p.shape, gain * fan_in ** -0.5))
+            elif leaf in ("alpha", "beta"):
+                p.copy_(rand(p.shape, 0.3))
+            elif leaf in ("scale", "gamma"):
+                p.copy_(rand(p.shape, 0.2))
+            elif leaf == "weight":  # norms
+                p.copy_(rand(p.shape, 0.1, 1.0))
+            else:  # biases
+                p.copy_(rand(p.shape, 0.1))
+        out = code2wav.decoder[-1].conv
+        out.weight.sub_(out.weight.mean(dim=(1, 2), keepdim=True))
+        out.bias.zero_()
+
+
+def _owner(model, param_name: str):
+    return model.get_submodule(param_name.rsplit(".", 1)[0])
 
 
 def cache_dir() -> Path:
@@ -180,7 +217,7 @@ def ensure_tiny(preset: str = "tiny", root: Path | None = None) -> Path:
     import shutil
     import tempfile
 
-    target = (root or cache_dir()) / f"{preset}-v1"
+    target = (root or cache_dir()) / f"{preset}-v2"
     if (target / "config.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

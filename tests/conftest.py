@@ -1,16 +1,29 @@
 """Shared fixtures. Engine tests: the HF reference (the oracle) and our pipeline on
-the same tiny checkpoint, for two differently shaped presets."""
+the same tiny checkpoint, for two differently shaped presets. App tests: a real
+`python app.py` server (`app_server`, `launch_app`)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 import warnings
 
 import pytest
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 warnings.filterwarnings("ignore", message=".*rope_parameters.*")
+
+# Tiny models on a 2-core machine: one intra-op thread is faster, and does not
+# collapse when the other core is busy (OpenMP barriers spin).
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
 
 PRESETS = ("tiny", "tiny-b")
 
@@ -49,44 +62,24 @@ def pipe(preset):
     return our_pipeline(preset)
 
 
-# ---- app tests: one real `python app.py` server for the whole session ----------------------
+# ---- app tests: real `python app.py` servers ----------------------------------------------
 
 APP_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP_START_TIMEOUT_S = 240
 
 
-@pytest.fixture(scope="session")
-def app_server(tmp_path_factory) -> str:
-    """Start `python app.py --port <free port>` on the tiny model; yield its URL, stop it at the end."""
-    import socket
-    import subprocess
-    import sys
-    import time
-    import urllib.request
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log_path = tmp_path_factory.mktemp("app") / "server.log"
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
+@contextlib.contextmanager
+def launch_app(log_dir, **env_overrides):
+    """Run `python app.py --port <free port>` on the tiny model; yield its URL, stop it on exit."""
+    port = _free_port()
+    log_path = log_dir / "server.log"
+    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1", **env_overrides)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=APP_ROOT, env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + APP_START_TIMEOUT_S
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"app.py exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"app.py did not answer within {APP_START_TIMEOUT_S} s:\n{log_path.read_text()[-4000:]}")
-            time.sleep(0.5)
+        _wait_until_up(proc, url, log_path)
         yield url
     finally:
         proc.terminate()
@@ -95,3 +88,32 @@ def app_server(tmp_path_factory) -> str:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def app_server(tmp_path_factory) -> str:
+    """One app server for every app test in the session."""
+    with launch_app(tmp_path_factory.mktemp("app")) as url:
+        yield url
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_until_up(proc: subprocess.Popen, url: str, log_path) -> None:
+    deadline = time.monotonic() + APP_START_TIMEOUT_S
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"app.py exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"app.py did not answer within {APP_START_TIMEOUT_S} s:\n{log_path.read_text()[-4000:]}")
+        time.sleep(0.5)

@@ -1,0 +1,253 @@
+"""`python -m omni_core bench`: omni_core against the HF reference, in one process.
+
+Every comparison interleaves the contenders (A, B, C, A, B, C, ...) on the same
+weights and reports medians and ratios from that one run: these machines are
+shared and noisy, so only same-run ratios mean anything.
+
+  (a) tiny model end to end: chat mode, greedy, 60 frames, each predictor vs HF generate
+  (b) code predictor at real size (5 layers, hidden 1024, 16/8 heads, FFN 3072, 2048 codes,
+      16 groups), batch 1/4/16, float32 and bfloat16, vs HF code_predictor.generate; the
+      memory floor is the weight bytes one frame reads ÷ copy bandwidth measured here
+  (d) first audio and total time of a 120-frame utterance through stream()
+  (c) Code2Wav per second of audio: our streaming decoder vs HF chunked_decode(300, 25)
+  (e) CUDA only: the re-prefill predictor as a CUDA graph vs eager
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+
+def interleaved(cases: dict, repeats: int, warmup: int = 1) -> dict[str, float]:
+    """Median seconds per call of each case, calls interleaved across cases."""
+    for fn in cases.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            _sync()
+            t = time.perf_counter()
+            fn()
+            _sync()
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def copy_bandwidth(num_bytes: int, device: str = "cpu", repeats: int = 7) -> float:
+    """Bytes per second of a tensor copy of `num_bytes` (each byte read once, written once)."""
+    src = torch.ones(num_bytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    t = interleaved({"copy": lambda: dst.copy_(src)}, repeats)["copy"]
+    return num_bytes / t
+
+
+# ---- (a) tiny end to end --------------------------------------------------------------------
+
+def bench_end_to_end(repeats: int) -> dict:
+    from .pipeline import load_pipeline
+    from .request import SpeechRequest
+    from .tiny import ensure_tiny
+    from transformers import Qwen3OmniMoeForConditionalGeneration
+
+    pipe = load_pipeline("tiny", device="cpu")
+    hf = Qwen3OmniMoeForConditionalGeneration.from_pretrained(ensure_tiny("tiny"), dtype=torch.float32).eval()
+    text, frames, tokens = "Tell me something about the weather today.", 60, 16
+    ids = torch.tensor([pipe.chat_prompt(text)])
+
+    def ours(predictor):
+        return lambda: pipe.generate(SpeechRequest(text, mode="chat", predictor=predictor, max_frames=frames,
+                                                   max_text_tokens=tokens))
+
+    def reference():
+        hf.generate(input_ids=ids, speaker="ethan", thinker_max_new_tokens=tokens, thinker_do_sample=False,
+                    thinker_eos_token_id=pipe.config.token_ids["im_end"], talker_max_new_tokens=frames + 1,
+                    talker_do_sample=False)
+
+    t = interleaved({"omni_core reprefill": ours("reprefill"), "omni_core kv": ours("kv"), "hf": reference},
+                    repeats)
+    return {"frames": frames, "seconds": t,
+            "speedup_reprefill": t["hf"] / t["omni_core reprefill"], "speedup_kv": t["hf"] / t["omni_core kv"]}
+
+
+# ---- (b) real-size code predictor -----------------------------------------------------------
+
+def real_predictor(dtype: torch.dtype, device: str):
+    """HF's code predictor at Qwen3-Omni's real size (random weights) and ours with the same weights."""
+    from transformers import Qwen3OmniMoeTalkerCodePredictorConfig
+    from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
+        Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration as HFPredictor)
+
+    from .code_predictor import CodePredictor
+    from .config import DecoderConfig
+
+    hf_cfg = Qwen3OmniMoeTalkerCodePredictorConfig(
+        vocab_size=2048, hidden_size=1024, intermediate_size=3072, num_hidden_layers=5, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=128, num_code_groups=16,
+        rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0})
+    torch.manual_seed(0)
+    hf = HFPredictor(hf_cfg).eval().to(device=device, dtype=dtype)
+    ours = CodePredictor(DecoderConfig.from_hf(hf_cfg.to_dict()), 16).eval()
+    ours.load_state_dict(hf.state_dict())
+    return hf, ours.to(device=device, dtype=dtype)
+
+
+def frame_weight_bytes(cp) -> int:
+    """Weight bytes one frame reads: the layers once per step (15 steps) and each lm_head once."""
+    layers = sum(p.numel() * p.element_size() for p in cp.model.layers.parameters())
+    heads = sum(p.numel() * p.element_size() for p in cp.lm_head.parameters())
+    return 15 * layers + heads
+
+
+def bench_predictor(repeats: int, device: str = "cpu", batches=(1, 4, 16), dtypes=("float32", "bfloat16")) -> dict:
+    from .code_predictor import predict_kv, predict_reprefill
+
+    out = {}
+    for name in dtypes:
+        dtype = getattr(torch, name)
+        hf, cp = real_predictor(dtype, device)
+        weight_bytes = frame_weight_bytes(cp)
+        bandwidth = copy_bandwidth(weight_bytes // 15, device)
+        floor = weight_bytes / bandwidth
+        for B in batches:
+            h = torch.randn(B, 1024, dtype=dtype, device=device)
+            e0 = cp.model.codec_embedding[0](torch.randint(0, 2048, (B,), device=device))
+            seq = torch.stack([h, e0], 1)
+            with torch.no_grad():
+                t = interleaved({
+                    "omni_core reprefill": lambda: predict_reprefill(cp, h, e0),
+                    "omni_core kv": lambda: predict_kv(cp, h, e0),
+                    "hf": lambda: hf.generate(inputs_embeds=seq, max_new_tokens=15, do_sample=False),
+                }, repeats)
+            out[f"{name} batch {B}"] = {
+                "seconds_per_call": t, "frames_per_s": {k: B / v for k, v in t.items()},
+                "speedup_kv": t["hf"] / t["omni_core kv"], "speedup_reprefill": t["hf"] / t["omni_core reprefill"],
+                "floor_s": floor, "kv_over_floor": t["omni_core kv"] / floor,
+                "weight_bytes_per_frame": weight_bytes, "copy_bandwidth_GBps": bandwidth / 1e9,
+            }
+        first, last = out[f"{name} batch {batches[0]}"], out[f"{name} batch {batches[-1]}"]
+        out[f"{name} batching"] = {"kv_fps_ratio": last["frames_per_s"]["omni_core kv"] / first["frames_per_s"][
+            "omni_core kv"], "batches": [batches[0], batches[-1]]}
+    return out
+
+
+# ---- (c) codec, (d) streaming latency --------------------------------------------------------
+
+def bench_codec(repeats: int, frames: int = 125) -> dict:
+    from .streaming_codec import StreamingDecoder
+    from .tiny import ensure_tiny
+    from .pipeline import load_pipeline
+    from transformers import Qwen3OmniMoeForConditionalGeneration
+
+    pipe = load_pipeline("tiny", device="cpu")
+    hf = Qwen3OmniMoeForConditionalGeneration.from_pretrained(ensure_tiny("tiny"), dtype=torch.float32).eval()
+    codes = torch.randint(0, 2048, (1, 16, frames))
+    seconds = frames * 0.08
+
+    def streaming(chunk):
+        def run():
+            dec = StreamingDecoder(pipe.codec)
+            for i in range(0, frames, chunk):
+                dec.push(codes[..., i:i + chunk])
+        return run
+
+    with torch.no_grad():
+        t = interleaved({"omni_core stream (1 frame)": streaming(1), "omni_core stream (4 frames)": streaming(4),
+                         "omni_core whole": lambda: pipe.codec(codes),
+                         "hf chunked_decode": lambda: hf.code2wav.chunked_decode(codes, 300, 25)}, repeats)
+    return {"audio_s": seconds, "seconds_per_audio_second": {k: v / seconds for k, v in t.items()},
+            "speedup_stream4": t["hf chunked_decode"] / t["omni_core stream (4 frames)"]}
+
+
+def bench_stream_latency(repeats: int, frames: int = 120) -> dict:
+    from .events import AudioChunk, Done
+    from .pipeline import load_pipeline
+    from .request import SpeechRequest
+
+    pipe = load_pipeline("tiny", device="cpu")
+    request = SpeechRequest("This sentence is long enough to be spoken for a while. " * 3, max_frames=frames)
+    firsts, totals = [], []
+    for _ in range(repeats + 1):
+        t0, first = time.perf_counter(), None
+        for event in pipe.stream(request):
+            if first is None and isinstance(event, AudioChunk):
+                first = time.perf_counter() - t0
+            if isinstance(event, Done):
+                assert event.result.stats.frames == frames
+        firsts.append(first), totals.append(time.perf_counter() - t0)
+    first, total = statistics.median(firsts[1:]), statistics.median(totals[1:])
+    return {"frames": frames, "first_audio_s": first, "total_s": total, "first_over_total": first / total}
+
+
+# ---- (e) CUDA graphs ------------------------------------------------------------------------
+
+def bench_cuda_graph(repeats: int) -> dict:
+    from .code_predictor import GREEDY, predict_kv, predict_reprefill
+    from .cuda_graph import GraphPredictor
+
+    out = {}
+    for name in ("float32", "bfloat16"):
+        _, cp = real_predictor(getattr(torch, name), "cuda")
+        graph = GraphPredictor(cp)
+        h = torch.randn(1, 1024, dtype=cp.lm_head[0].weight.dtype, device="cuda")
+        e0 = cp.model.codec_embedding[0](torch.randint(0, 2048, (1,), device="cuda"))
+        with torch.no_grad():
+            t = interleaved({"graph": lambda: graph.run(h, e0, GREEDY), "eager reprefill":
+                             lambda: predict_reprefill(cp, h, e0), "eager kv": lambda: predict_kv(cp, h, e0)},
+                            repeats, warmup=3)
+        out[name] = {"ms_per_frame": {k: 1000 * v for k, v in t.items()},
+                     "graph_speedup_vs_eager_reprefill": t["eager reprefill"] / t["graph"]}
+    return out
+
+
+# ---- report ---------------------------------------------------------------------------------
+
+def machine() -> dict:
+    info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "torch": torch.__version__, "threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def main(quick: bool = False, json_path: str = "bench_results/bench.json", gpu_only: bool = False) -> int:
+    reps = 3 if quick else 7
+    results: dict = {"machine": machine()}
+    sections = [] if gpu_only else [
+        ("a_end_to_end_tiny", lambda: bench_end_to_end(reps)),
+        ("b_predictor_real_size", lambda: bench_predictor(reps)),
+        ("c_codec", lambda: bench_codec(reps)),
+        ("d_stream_latency", lambda: bench_stream_latency(reps)),
+    ]
+    if torch.cuda.is_available():
+        sections.append(("e_cuda_graph", lambda: bench_cuda_graph(20 if quick else 50)))
+    for key, run in sections:
+        print(f"== {key}", flush=True)
+        results[key] = run()
+        print_section(key, results[key])
+    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(json_path).write_text(json.dumps(results, indent=2))
+    print(f"wrote {json_path}")
+    return 0
+
+
+def print_section(key: str, data: dict, indent: str = "  ") -> None:
+    for name, value in data.items():
+        if isinstance(value, dict):
+            print(f"{indent}{name}:")
+            print_section(key, value, indent + "  ")
+        elif isinstance(value, float):
+            print(f"{indent}{name:<34} {value:10.4f}")
+        else:
+            print(f"{indent}{name:<34} {value}")
