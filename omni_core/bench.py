@@ -89,6 +89,7 @@ def real_predictor(dtype: torch.dtype, device: str):
     from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
         Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration as HFPredictor)
 
+    from .checkpoint import copy_state_dict
     from .code_predictor import CodePredictor
     from .config import DecoderConfig
 
@@ -99,7 +100,7 @@ def real_predictor(dtype: torch.dtype, device: str):
     torch.manual_seed(0)
     hf = HFPredictor(hf_cfg).eval().to(device=device, dtype=dtype)
     ours = CodePredictor(DecoderConfig.from_hf(hf_cfg.to_dict()), 16).eval()
-    ours.load_state_dict(hf.state_dict())
+    copy_state_dict(ours, hf.state_dict())
     return hf, ours.to(device=device, dtype=dtype)
 
 

@@ -120,13 +120,52 @@ def _copy(f, shard: Path, name: str, param: torch.Tensor, index) -> None:
         slot.copy_(tensor)
 
 
+def checkpoint_names(module: nn.Module) -> dict[str, tuple[torch.Tensor, object]]:
+    """Checkpoint tensor name (without prefix) → (our parameter, index into it or None)."""
+    return _targets({"": module})
+
+
+def copy_state_dict(module: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Fill `module` from a state dict with checkpoint names (e.g. an HF module's `state_dict()`)."""
+    targets = _targets({"": module})
+    missing = sorted(set(targets) - set(state))
+    if missing:
+        raise CheckpointError(f"tensor {missing[0]} is missing ({len(missing)} in all)")
+    for name, (param, index) in targets.items():
+        slot = param.data if index is None else param.data[index]
+        with torch.no_grad():
+            slot.copy_(state[name])
+
+
+# Fused parameters: our suffix → the checkpoint tensors stacked into it by rows, in order.
+FUSED = {
+    ".qkv_proj.weight": (".q_proj.weight", ".k_proj.weight", ".v_proj.weight"),
+    ".gate_up_proj.weight": (".gate_proj.weight", ".up_proj.weight"),
+}
+
+
+def _fused(full: str, param: torch.Tensor, module: nn.Module, name: str):
+    """(checkpoint name, row slice) for each part of a fused parameter."""
+    for suffix, parts in FUSED.items():
+        if full.endswith(suffix):
+            owner = module.get_submodule(name.rsplit(".", 2)[0]) if name.count(".") >= 2 else module
+            sizes = getattr(owner, "sizes", None) or [param.shape[0] // 2] * 2
+            bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+            base = full[:-len(suffix)]
+            return [(base + part, slice(bounds[i], bounds[i + 1])) for i, part in enumerate(parts)]
+    return None
+
+
 def _targets(modules: dict[str, nn.Module]) -> dict[str, tuple[torch.Tensor, object]]:
     """Checkpoint tensor name → (our parameter, index into it or None)."""
     out = {}
     for prefix, module in modules.items():
         for name, param in module.named_parameters():
-            full = f"{prefix}.{name}"
-            if full.endswith(".experts.gate_up_proj"):
+            full = f"{prefix}.{name}" if prefix else name
+            fused = _fused(full, param, module, name)
+            if fused:
+                out.update({ckpt: (param, rows) for ckpt, rows in fused})
+            elif full.endswith(".experts.gate_up_proj"):
                 half = param.shape[1] // 2
                 for e in range(param.shape[0]):
                     out[f"{full[:-len('gate_up_proj')]}{e}.gate_proj.weight"] = (param, (e, slice(0, half)))

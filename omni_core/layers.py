@@ -1,8 +1,11 @@
 """Transformer blocks shared by the thinker, talker, code predictor and codec.
 
-Parameter names follow the checkpoint (`q_proj`, `experts.gate_up_proj`, ...), so
-loading is a name-for-name copy. Numerics follow the HF reference: norms in
-float32, RoPE tables in float32 then cast, router softmax in float32.
+Parameter names follow the checkpoint, with two fusions serving engines use:
+`qkv_proj` holds q_proj, k_proj, v_proj stacked by rows and `gate_up_proj` holds
+gate_proj, up_proj (one matmul instead of three or two: decoding small models is
+bound by per-op overhead). The loader (checkpoint.py) maps the names. Numerics
+follow the HF reference: norms in float32, RoPE tables in float32 then cast,
+router softmax in float32.
 """
 
 from __future__ import annotations
@@ -21,8 +24,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        h = F.rms_norm(x.float(), self.weight.shape, eps=self.eps)  # x·rsqrt(mean(x²)+eps), in float32
         return self.weight * h.to(x.dtype)
 
 
@@ -34,6 +36,18 @@ class Rope:
     def __init__(self, head_dim: int, theta: float, mrope_section: tuple[int, ...] | None = None):
         self.head_dim, self.theta, self.mrope_section = head_dim, theta, mrope_section
         self._inv_freq: dict[torch.device, torch.Tensor] = {}
+        self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def table(self, start: int, length: int, device: torch.device, dtype: torch.dtype):
+        """cos, sin [length, D] for positions start.. (text: one position per token), from a cached
+        table that grows by doubling; equal to `self(arange(...))` element for element."""
+        key = (device, dtype)
+        cos, sin = self._tables.get(key, (None, None))
+        if cos is None or cos.shape[0] < start + length:
+            size = max(64, 2 * (start + length))
+            cos, sin = self(torch.arange(size, device=device), dtype)
+            self._tables[key] = (cos, sin)
+        return cos[start:start + length], sin[start:start + length]
 
     def inv_freq(self, device: torch.device) -> torch.Tensor:
         if device not in self._inv_freq:  # computed on the CPU, as HF does, then moved
@@ -101,10 +115,8 @@ class Attention(nn.Module):
     def __init__(self, cfg: DecoderConfig, qk_norm: bool = True):
         super().__init__()
         H, KVH, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.head_dim = D
-        self.q_proj = nn.Linear(cfg.hidden_size, H * D, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, KVH * D, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, KVH * D, bias=False)
+        self.head_dim, self.sizes = D, [H * D, KVH * D, KVH * D]
+        self.qkv_proj = nn.Linear(cfg.hidden_size, (H + 2 * KVH) * D, bias=False)  # q_proj; k_proj; v_proj
         self.o_proj = nn.Linear(H * D, cfg.hidden_size, bias=False)
         self.q_norm = RMSNorm(D, cfg.rms_norm_eps) if qk_norm else nn.Identity()
         self.k_norm = RMSNorm(D, cfg.rms_norm_eps) if qk_norm else nn.Identity()
@@ -112,9 +124,10 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None = None,
                 layer: int = 0, mask: torch.Tensor | None = None) -> torch.Tensor:
         B, T, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(B, T, -1, self.head_dim)).transpose(1, 2)  # [B, H, T, D]
-        k = self.k_norm(self.k_proj(x).view(B, T, -1, self.head_dim)).transpose(1, 2)  # [B, KVH, T, D]
-        v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        q, k, v = self.qkv_proj(x).split(self.sizes, dim=-1)
+        q = self.q_norm(q.view(B, T, -1, self.head_dim)).transpose(1, 2)  # [B, H, T, D]
+        k = self.k_norm(k.view(B, T, -1, self.head_dim)).transpose(1, 2)  # [B, KVH, T, D]
+        v = v.view(B, T, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # [B, KVH, L, D]: past and new positions
@@ -131,12 +144,12 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int):
         super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=False)  # gate_proj; up_proj
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Router(nn.Module):
@@ -167,6 +180,8 @@ class Experts(nn.Module):
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """x: [N, C]; weights, ids: [N, k]. Experts in ascending order, as HF sums them."""
+        if x.shape[0] == 1:
+            return self._one_token(x, weights, ids)
         out = torch.zeros_like(x)
         for e in torch.unique(ids).tolist():
             token, slot = torch.where(ids == e)
@@ -174,6 +189,16 @@ class Experts(nn.Module):
             y = F.linear(F.silu(gate) * up, self.down_proj[e]) * weights[token, slot, None]
             out.index_add_(0, token, y.to(out.dtype))
         return out
+
+    def _one_token(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Decoding: one token, k experts, summed in ascending expert order (the same floats)."""
+        order = sorted(zip(ids[0].tolist(), range(ids.shape[1])))
+        out = None
+        for e, slot in order:
+            gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, self.down_proj[e]) * weights[:, slot, None]
+            out = y if out is None else out + y
+        return out.to(x.dtype)
 
 
 class SparseMoe(nn.Module):
@@ -234,7 +259,7 @@ class DecoderStack(nn.Module):
         T = h.shape[1]
         if cache is not None:
             assert start == cache.length, f"position {start} != cache length {cache.length}"
-        cos, sin = self.rope(torch.arange(start, start + T, device=h.device), h.dtype)
+        cos, sin = self.rope.table(start, T, h.device, h.dtype)
         captured = None
         for layer in self.layers:
             h = layer(h, cos, sin, cache)
