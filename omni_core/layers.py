@@ -24,8 +24,15 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.rms_norm(x.float(), self.weight.shape, eps=self.eps)  # x·rsqrt(mean(x²)+eps), in float32
-        return self.weight * h.to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF's RMSNorm over the last dim: normalise in float32, cast back, then scale by `weight`
+    ([D], or [heads, D] for per-head weights)."""
+    if x.dtype == torch.float32 and weight.dtype == torch.float32 and weight.dim() == 1:
+        return F.rms_norm(x, weight.shape, weight, eps=eps)  # one kernel, the same maths
+    return weight * F.rms_norm(x.float(), x.shape[-1:], eps=eps).to(x.dtype)
 
 
 class Rope:
@@ -121,14 +128,23 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(D, cfg.rms_norm_eps) if qk_norm else nn.Identity()
         self.k_norm = RMSNorm(D, cfg.rms_norm_eps) if qk_norm else nn.Identity()
 
+    def _qk_norm(self, qk: torch.Tensor) -> torch.Tensor:
+        """qk: [B, T, H + KVH, D] → q heads normed with q_norm, k heads with k_norm."""
+        if isinstance(self.q_norm, nn.Identity):
+            return qk
+        H, KVH = self.sizes[0] // self.head_dim, self.sizes[1] // self.head_dim
+        weight = torch.cat([self.q_norm.weight.expand(H, -1), self.k_norm.weight.expand(KVH, -1)])
+        return rms_norm(qk, weight, self.q_norm.eps)
+
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None = None,
                 layer: int = 0, mask: torch.Tensor | None = None) -> torch.Tensor:
         B, T, _ = x.shape
-        q, k, v = self.qkv_proj(x).split(self.sizes, dim=-1)
-        q = self.q_norm(q.view(B, T, -1, self.head_dim)).transpose(1, 2)  # [B, H, T, D]
-        k = self.k_norm(k.view(B, T, -1, self.head_dim)).transpose(1, 2)  # [B, KVH, T, D]
+        H = self.sizes[0] // self.head_dim
+        qk, v = self.qkv_proj(x).split([self.sizes[0] + self.sizes[1], self.sizes[2]], dim=-1)
+        # q and k heads side by side: one norm and one rotation for both.
+        qk = apply_rope(self._qk_norm(qk.view(B, T, -1, self.head_dim)).transpose(1, 2), cos, sin)
+        q, k = qk[:, :H], qk[:, H:]  # [B, H, T, D], [B, KVH, T, D]
         v = v.view(B, T, -1, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # [B, KVH, L, D]: past and new positions
         # New positions are the last T of L: causal within them, full over the past.
