@@ -73,6 +73,7 @@ class Pipeline:
         self.default_speaker = "ethan" if "ethan" in config.speakers else self.speakers[0]
         self.suppress_mask = self._suppress_mask()
         self._graph_predictor = None
+        self.time_budget_s: float | None = None  # per request; a server sets one
 
     @property
     def info(self) -> dict:

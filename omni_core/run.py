@@ -21,8 +21,8 @@ from .streaming_codec import StreamingDecoder
 from .sampling import SamplingConfig, choose, repetition_penalty, suppress
 from .talker_prompt import TalkerPromptBuilder, TextSteps
 
-FIRST_CHUNK_FRAMES = 1  # first audio as soon as one frame is decoded
-CHUNK_FRAMES = 4  # then 320 ms per chunk
+MAX_CHUNK_FRAMES = 8  # audio chunks of 1, 2, 4, 8, 8, ... frames: the first as soon as one frame
+# is decoded, later ones larger (fewer codec calls; 640 ms of audio each).
 
 
 @dataclass
@@ -124,6 +124,10 @@ class SpeechRun:
             if self.cancel is not None and self.cancel.is_set():
                 self.stats.stopped = "cancelled"
                 break
+            if self.pipe.time_budget_s and time.perf_counter() - self.t0 > self.pipe.time_budget_s:
+                self.stats.stopped = "time_budget"
+                self.stats.warnings.append(f"stopped after the {self.pipe.time_budget_s:g} s time budget")
+                break
             t = time.perf_counter()
             logits = talker.codec_head(hidden[:, -1])
             logits = suppress(repetition_penalty(logits, history, req.repetition_penalty), pipe.suppress_mask)
@@ -151,7 +155,7 @@ class SpeechRun:
             pending.append(row)
             if max_frames is None and steps.done:
                 max_frames = default_frames(len(steps.ids))
-            if len(pending) >= (FIRST_CHUNK_FRAMES if not self.audio else CHUNK_FRAMES):
+            if len(pending) >= min(2 ** len(self.audio), MAX_CHUNK_FRAMES):
                 yield from self._audio(codec, pending)
                 pending = []
             if max_frames is not None and len(self.codes) >= max_frames:
