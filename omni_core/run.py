@@ -9,224 +9,171 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from .code_predictor import GREEDY, PREDICTOR_SAMPLING, predict_kv, predict_reprefill
 from .events import AudioChunk, Done, Frame, Result, Stats, TextDelta
-from .request import SpeechRequest
+from .request import MAX_FRAMES, SpeechRequest
+from .sampling import SamplingConfig
 from .streaming_codec import StreamingDecoder
-from .sampling import SamplingConfig, choose, repetition_penalty, suppress
+from .talker_loop import TalkerLoop
 from .talker_prompt import TalkerPromptBuilder, TextSteps
 
 MAX_CHUNK_FRAMES = 8  # audio chunks of 1, 2, 4, 8, 8, ... frames: the first as soon as one frame
 # is decoded, later ones larger (fewer codec calls; 640 ms of audio each).
-
-
-@dataclass
-class Clock:
-    """Seconds spent per stage."""
-
-    spent: dict[str, float] = field(default_factory=lambda: dict(thinker=0.0, talker=0.0, predictor=0.0, codec=0.0))
-
-    def time(self, stage: str, fn, *args, **kwargs):
-        t = time.perf_counter()
-        out = fn(*args, **kwargs)
-        self.spent[stage] += time.perf_counter() - t
-        return out
+STAGES = ("thinker", "talker", "predictor", "codec")
 
 
 class SpeechRun:
     def __init__(self, pipe, request: SpeechRequest, warnings: list[str], cancel=None, overlap: bool = True):
         self.pipe, self.req, self.cancel, self.overlap = pipe, request, cancel, overlap
         self.cfg = pipe.config
-        self.clock = Clock()
+        self.spent = dict.fromkeys(STAGES, 0.0)  # seconds per stage
         self.stats = Stats(device=str(pipe.device), dtype=str(pipe.dtype).replace("torch.", ""),
                            predictor=request.predictor, warnings=list(warnings))
-        dev = pipe.device
-        seed = request.seed
-        # Separate streams per consumer; both predictors get the same stream in compare mode.
-        self.gen_talker = torch.Generator(dev).manual_seed(seed)
-        self.gen_thinker = torch.Generator(dev).manual_seed(seed + 1)
-        self.gen_predictor = {name: torch.Generator(dev).manual_seed(seed + 2) for name in ("reprefill", "kv")}
-        self.talker_sampling = SamplingConfig(request.do_sample, request.temperature, request.top_k, request.top_p)
-        self.predictor_sampling = PREDICTOR_SAMPLING if request.do_sample else GREEDY
-        self.predictors = self._predictors()
+        self.codes, self.probs, self.audio = [], [], []
+        self.shown = 0  # reply tokens already sent as TextDelta
 
-    # ---- the stages -------------------------------------------------------------------------
+    def timed(self, stage: str, fn, *args):
+        t = time.perf_counter()
+        out = fn(*args)
+        self.spent[stage] += time.perf_counter() - t
+        return out
+
+    # ---- the run ----------------------------------------------------------------------------
 
     def events(self) -> Iterator:
-        t0 = time.perf_counter()
-        self.t0 = t0
-        prompt_ids, reply, text_events = self._thinker()
-        yield from text_events()
+        self.t0 = time.perf_counter()
+        prompt_ids, reply = self._thinker()
         builder = TalkerPromptBuilder(self.cfg, self.pipe.thinker, self.pipe.talker)
-        steps = TextSteps(builder, self._timed(reply))
-        if not self.overlap or self.req.mode == "speak":  # speak mode: the whole reply is known
-            while self.clock.time("thinker", steps.pull):
+        steps = TextSteps(builder, self._timed_reply(reply))
+        if not self.overlap or self.req.mode == "speak":  # sequential; speak mode knows its reply
+            while self.timed("thinker", steps.pull):
                 pass
-        yield from self._text_so_far(steps)
-        prompt = self.clock.time("talker", builder.prompt, prompt_ids, steps.first_spoken, self.pipe.speaker_id(self.req.speaker))
-        yield from self._frames(prompt, steps)
-        result = self._result(prompt_ids, steps, time.perf_counter() - t0)
-        yield Done(result)
+        if self.req.mode == "speak":
+            yield TextDelta(self.req.text, steps.spoken)
+        yield from self._new_text(steps)
+        speaker = self.pipe.speaker_id(self.req.speaker)
+        prompt = self.timed("talker", builder.prompt, prompt_ids, steps.first_spoken, speaker)
+        yield from self._frames(TalkerLoop(self.pipe, self.req, prompt, self.req.seed), steps)
+        yield Done(self._result(prompt_ids, steps))
 
-    def _thinker(self):
-        """prompt ids, an iterator over reply ids, and the TextDelta events known up front."""
+    def _thinker(self) -> tuple[list[int], Iterator[int]]:
+        """The thinker's prompt ids and an iterator over its reply ids (lazy in chat mode)."""
         pipe, req = self.pipe, self.req
         prompt_ids = pipe.chat_prompt(req.text)
-        self.prompt_ids = prompt_ids
         im_end = self.cfg.token_ids["im_end"]
         if req.mode == "speak":
             reply_ids = pipe.tokenizer(req.text, add_special_tokens=False)["input_ids"] + [im_end]
             # Teacher-forced: the thinker reads the reply as if it had written it.
-            ids = torch.tensor([prompt_ids + reply_ids], device=pipe.device)
-            self.clock.time("thinker", pipe.thinker, ids)
-            return prompt_ids, iter(reply_ids), lambda: iter([TextDelta(req.text, reply_ids[:-1])])
-        self.max_text_tokens = req.max_text_tokens or default_text_tokens(len(prompt_ids))
-        sampling = self.talker_sampling if req.do_sample else SamplingConfig()
-        reply = pipe.thinker.generate(torch.tensor([prompt_ids], device=pipe.device), self.max_text_tokens,
-                                      im_end, sampling, self.gen_thinker)
-        return prompt_ids, reply, lambda: iter(())
+            self.timed("thinker", pipe.thinker, torch.tensor([prompt_ids + reply_ids], device=pipe.device))
+            return prompt_ids, iter(reply_ids)
+        max_tokens = req.max_text_tokens or default_text_tokens(len(prompt_ids))
+        sampling = SamplingConfig(req.do_sample, req.temperature, req.top_k, req.top_p)
+        generator = torch.Generator(pipe.device).manual_seed(req.seed + 1)
+        prompt = torch.tensor([prompt_ids], device=pipe.device)
+        return prompt_ids, pipe.thinker.generate(prompt, max_tokens, im_end, sampling, generator)
 
-    def _timed(self, it: Iterator[int]) -> Iterator[int]:
-        while True:
-            token = self.clock.time("thinker", next, it, None)
-            if token is None:
-                return
+    def _timed_reply(self, reply: Iterator[int]) -> Iterator[int]:
+        while (token := self.timed("thinker", next, reply, None)) is not None:
             yield token
 
-    def _text_so_far(self, steps: TextSteps):
-        """TextDelta for reply tokens not yet shown (chat mode)."""
-        if self.req.mode != "chat":
-            return
-        shown = getattr(self, "_shown", 0)
-        new = steps.spoken[shown:]
-        self._shown = shown + len(new)
-        if new:
+    def _new_text(self, steps: TextSteps) -> Iterator[TextDelta]:
+        """Chat mode: the reply tokens the talker now reads, as they come."""
+        new = steps.spoken[self.shown:]
+        if self.req.mode == "chat" and new:
+            self.shown += len(new)
             yield TextDelta(self.pipe.tokenizer.decode(new, skip_special_tokens=True), new)
 
-    def _frames(self, prompt: torch.Tensor, steps: TextSteps) -> Iterator:
-        pipe, req, cfg = self.pipe, self.req, self.cfg
-        talker = pipe.talker
-        eos = cfg.codec_ids["codec_eos_token_id"]
-        cache = talker.model.new_cache(1, prompt.shape[1] + 64, like=prompt)
-        hidden = self.clock.time("talker", self._talker_forward, prompt, cache)
-        history = torch.empty(1, 0, dtype=torch.long, device=pipe.device)
-        self.codes, self.probs, self.audio = [], [], []
-        codec = StreamingDecoder(pipe.codec)
-        pending, mismatches, self.stats.stopped = [], 0, "max_frames"
-        max_frames = req.max_frames
-        step = 0
-        while True:
-            if self.cancel is not None and self.cancel.is_set():
-                self.stats.stopped = "cancelled"
+    def _frames(self, loop: TalkerLoop, steps: TextSteps) -> Iterator:
+        """Frame by frame until codec EOS, the frame limit, Stop, or the time budget."""
+        codec, pending, mismatches = StreamingDecoder(self.pipe.codec), [], 0
+        self.spent["talker"] += loop.forward_ms / 1000
+        self.stats.cuda_graph = loop.use_graph
+        for step in range(MAX_FRAMES):
+            if (reason := self._interrupted()) is not None:
+                self.stats.stopped = reason
                 break
-            if self.pipe.time_budget_s and time.perf_counter() - self.t0 > self.pipe.time_budget_s:
-                self.stats.stopped = "time_budget"
-                self.stats.warnings.append(f"stopped after the {self.pipe.time_budget_s:g} s time budget")
-                break
-            t = time.perf_counter()
-            logits = talker.codec_head(hidden[:, -1])
-            logits = suppress(repetition_penalty(logits, history, req.repetition_penalty), pipe.suppress_mask)
-            cb0, p0 = choose(logits, self.talker_sampling, self.gen_talker)
-            talker_ms = (time.perf_counter() - t) * 1000
-            self.clock.spent["talker"] += talker_ms / 1000
-            if int(cb0) == eos:
+            frame, cb0, embeds = self._frame(loop)
+            if frame is None:
                 self.stats.stopped = "eos"
                 break
-            history = torch.cat([history, cb0[:, None]], dim=1)
-            t = time.perf_counter()
-            e0 = talker.model.codec_embedding(cb0)
-            (codes, probs, embeds), other = self._predict(hidden[:, -1], e0)
-            predictor_ms = (time.perf_counter() - t) * 1000
-            self.clock.spent["predictor"] += predictor_ms / 1000
-            row = torch.cat([cb0, codes[0]]).cpu().numpy()
-            frame = Frame(len(self.codes), row, torch.cat([p0, probs[0]]).float().cpu().numpy(),
-                          talker_ms, predictor_ms)
-            if other is not None:
-                frame.other_codes = np.concatenate([row[:1], other[0].cpu().numpy()])
-                frame.mismatch = frame.other_codes != row
-                mismatches += int(frame.mismatch.sum())
-            self.codes.append(row), self.probs.append(frame.probs)
+            mismatches += int(frame.mismatch.sum()) if frame.mismatch is not None else 0
             yield frame
-            pending.append(row)
-            if max_frames is None and steps.done:
-                max_frames = default_frames(len(steps.ids))
+            pending.append(frame.codes)
             if len(pending) >= min(2 ** len(self.audio), MAX_CHUNK_FRAMES):
                 yield from self._audio(codec, pending)
                 pending = []
-            if max_frames is not None and len(self.codes) >= max_frames:
+            if len(self.codes) >= self._max_frames(steps):
+                self.stats.stopped = "max_frames"
                 break
-            text_step = steps[step]
-            yield from self._text_so_far(steps)
-            if max_frames is None and steps.done:
-                max_frames = default_frames(len(steps.ids))
-            t = time.perf_counter()
-            nxt = talker.embed_codes(cb0, embeds) + text_step
-            hidden = self._talker_forward(nxt, cache)
-            self.clock.spent["talker"] += time.perf_counter() - t
-            step += 1
+            text_step = self.timed("thinker", steps.__getitem__, step)
+            yield from self._new_text(steps)
+            self.timed("talker", loop.advance, cb0, embeds, text_step)
         if pending:
             yield from self._audio(codec, pending)
-        if req.predictor == "compare":
+        if self.req.predictor == "compare":
             self.stats.mismatches = mismatches
 
-    def _talker_forward(self, x: torch.Tensor, cache) -> torch.Tensor:
-        with torch.no_grad():
-            return self.pipe.talker.model(x, cache, start=cache.length)[0]
-
-    def _predict(self, h: torch.Tensor, e0: torch.Tensor):
-        """(codes, probs, embeds) of the main predictor, and the other's codes in compare mode."""
-        main = self.predictors[0](h, e0)
-        other = self.predictors[1](h, e0)[0] if len(self.predictors) > 1 else None
-        return main, other
-
-    def _predictors(self):
-        pipe, name = self.pipe, self.req.predictor
-        use_graph = pipe.device.type == "cuda" and self.req.cuda_graph is not False
-        self.stats.cuda_graph = use_graph and name in ("reprefill", "compare")
-        cp = pipe.talker.code_predictor
-
-        def reprefill(h, e0):
-            if self.stats.cuda_graph:
-                return pipe.graph_predictor.run(h, e0, self.predictor_sampling, self.gen_predictor["reprefill"])
-            return predict_reprefill(cp, h, e0, self.predictor_sampling, self.gen_predictor["reprefill"])
-
-        def kv(h, e0):
-            return predict_kv(cp, h, e0, self.predictor_sampling, self.gen_predictor["kv"])
-
-        return {"reprefill": [reprefill], "kv": [kv], "compare": [reprefill, kv]}[name]
-
-    def _audio(self, codec, rows: list[np.ndarray]):
+    def _frame(self, loop: TalkerLoop):
+        """One frame: CB0 from the talker, CB1..CB15 from the predictor; (None, ...) at codec EOS."""
+        talker_ms = loop.forward_ms
+        cb0, p0 = self.timed("talker", loop.next_cb0)
+        if int(cb0) == self.cfg.codec_ids["codec_eos_token_id"]:
+            return None, cb0, None
         t = time.perf_counter()
+        (codes, probs, embeds), other = loop.predict(cb0)
+        predictor_ms = (time.perf_counter() - t) * 1000
+        self.spent["predictor"] += predictor_ms / 1000
+        row = torch.cat([cb0, codes[0]]).cpu().numpy()
+        frame = Frame(len(self.codes), row, torch.cat([p0, probs[0]]).float().cpu().numpy(),
+                      talker_ms, predictor_ms)
+        if other is not None:
+            frame.other_codes = np.concatenate([row[:1], other[0].cpu().numpy()])
+            frame.mismatch = frame.other_codes != row
+        self.codes.append(row), self.probs.append(frame.probs)
+        return frame, cb0, embeds
+
+    def _interrupted(self) -> str | None:
+        if self.cancel is not None and self.cancel.is_set():
+            return "cancelled"
+        budget = self.pipe.time_budget_s
+        if budget and time.perf_counter() - self.t0 > budget:
+            self.stats.warnings.append(f"stopped after the {budget:g} s time budget")
+            return "time_budget"
+        return None
+
+    def _max_frames(self, steps: TextSteps) -> int:
+        if self.req.max_frames is not None:
+            return self.req.max_frames
+        # Scales with the text; known once the reply is (the talker lags the thinker by a step).
+        return default_frames(len(steps.ids)) if steps.done else MAX_FRAMES
+
+    def _audio(self, codec: StreamingDecoder, rows: list[np.ndarray]) -> Iterator[AudioChunk]:
         codes = torch.from_numpy(np.stack(rows).T)[None].to(self.pipe.device)  # [1, 16, n]
-        wav = codec.push(codes)[0, 0].float().cpu().numpy()
-        self.clock.spent["codec"] += time.perf_counter() - t
+        wav = self.timed("codec", codec.push, codes)[0, 0].float().cpu().numpy()
         self.audio.append(wav)
         if self.stats.first_audio_s is None:
             self.stats.first_audio_s = time.perf_counter() - self.t0
         yield AudioChunk(wav, self.cfg.sample_rate, len(self.codes) - len(rows))
 
-    def _result(self, prompt_ids: list[int], steps: TextSteps, total: float) -> Result:
-        s, cfg = self.stats, self.cfg
-        s.thinker_s, s.talker_s = self.clock.spent["thinker"], self.clock.spent["talker"]
-        s.predictor_s, s.codec_s = self.clock.spent["predictor"], self.clock.spent["codec"]
-        s.total_s, s.frames = total, len(self.codes)
+    def _result(self, prompt_ids: list[int], steps: TextSteps) -> Result:
+        s, cfg, G = self.stats, self.cfg, self.cfg.num_code_groups
+        s.thinker_s, s.talker_s, s.predictor_s, s.codec_s = (self.spent[k] for k in STAGES)
+        s.total_s, s.frames = time.perf_counter() - self.t0, len(self.codes)
         audio = np.concatenate(self.audio) if self.audio else np.zeros(0, np.float32)
         s.audio_s = len(audio) / cfg.sample_rate
-        s.rtf = total / s.audio_s if s.audio_s else None
+        s.rtf = s.total_s / s.audio_s if s.audio_s else None
         s.predictor_ms_per_frame = 1000 * s.predictor_s / s.frames if s.frames else None
         spoken = steps.spoken
         s.text_tokens = len(spoken)
         text = self.req.text if self.req.mode == "speak" else self.pipe.tokenizer.decode(spoken,
                                                                                           skip_special_tokens=True)
-        codes = np.stack(self.codes) if self.codes else np.zeros((0, cfg.num_code_groups), np.int64)
-        probs = np.stack(self.probs) if self.probs else np.zeros((0, cfg.num_code_groups), np.float32)
-        return Result(codes.astype(np.int64), audio.astype(np.float32), text, list(prompt_ids), spoken, s, probs,
-                      cfg.sample_rate)
+        codes = np.stack(self.codes) if self.codes else np.zeros((0, G), np.int64)
+        probs = np.stack(self.probs) if self.probs else np.zeros((0, G), np.float32)
+        return Result(codes.astype(np.int64), audio.astype(np.float32), text, list(prompt_ids), spoken, s,
+                      probs, cfg.sample_rate)
 
 
 def default_text_tokens(prompt_len: int) -> int:
@@ -236,5 +183,4 @@ def default_text_tokens(prompt_len: int) -> int:
 
 def default_frames(num_text_tokens: int) -> int:
     """Frames when none are given: about 4 frames (320 ms) per text token, plus a tail."""
-    from .request import MAX_FRAMES
     return min(MAX_FRAMES, 8 + 4 * num_text_tokens)
