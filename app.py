@@ -1,0 +1,22 @@
+"""Omni Speech Lab: `python app.py [--model tiny|/path/to/checkpoint] [--device auto] [--port N] [--share]`."""
+
+import sys
+
+from app.cli import parse_args
+from app.files import OutputDir
+from app.ui import build_ui, launch_kwargs
+from omni_core import load_pipeline
+
+
+def main() -> None:
+    args = parse_args()
+    try:
+        pipe = load_pipeline(args.model, device=args.device, dtype=args.dtype)
+    except (ValueError, OSError) as exc:  # CheckpointError names the file and the problem
+        sys.exit(f"Cannot load model {args.model!r}: {exc}")
+    outputs = OutputDir()
+    build_ui(pipe, outputs).launch(**launch_kwargs(args, outputs))
+
+
+if __name__ == "__main__":
+    main()

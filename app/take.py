@@ -1,0 +1,73 @@
+"""`Take`: one session's current utterance, kept in gr.State.
+
+It grows in place while a request streams, so Stop and the view switch see the
+frames made so far; it holds the request's own cancel flag. Nothing here is shared
+between sessions or requests.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+NUM_CODE_GROUPS = 16
+
+
+@dataclass(eq=False)
+class Take:
+    view: str = "codes"
+    codes: list[np.ndarray] = field(default_factory=list)  # per frame: int64 [16]
+    probs: list[np.ndarray] = field(default_factory=list)  # per frame: float32 [16]
+    mismatch: list[np.ndarray] = field(default_factory=list)  # compare mode, per frame: bool [16]
+    audio: list[np.ndarray] = field(default_factory=list)  # float32 chunks, in order
+    text: str = ""  # what is spoken (chat mode: the reply as it is written)
+    first_audio_s: float | None = None
+    finished: bool = False
+    cancel: threading.Event = field(default_factory=threading.Event)  # set: the engine stops within a frame
+    ended: threading.Event = field(default_factory=threading.Event)  # set: the request sends nothing more
+
+    @classmethod
+    def from_codes(cls, codes: np.ndarray, audio: np.ndarray, view: str = "codes") -> "Take":
+        """An uploaded codes file: codes [T, 16] and their decoded audio, no probabilities."""
+        return cls(view=view, codes=list(codes), audio=[audio], finished=True)
+
+    @property
+    def frames(self) -> int:
+        return len(self.codes)
+
+    def add_frame(self, frame) -> None:
+        self.codes.append(np.asarray(frame.codes, dtype=np.int64))
+        self.probs.append(np.asarray(frame.probs, dtype=np.float32))
+        if frame.mismatch is not None:
+            self.mismatch.append(np.asarray(frame.mismatch, dtype=bool))
+
+    def add_audio(self, audio: np.ndarray) -> None:
+        self.audio.append(np.asarray(audio, dtype=np.float32))
+
+    def finish(self, result) -> None:
+        """Replace the streamed pieces with the engine's final result."""
+        self.codes = list(result.codes)
+        if result.probs is not None:
+            self.probs = list(result.probs)
+        self.audio = [result.audio]
+        self.text = result.text
+        self.finished = True
+
+    def codes_array(self) -> np.ndarray:
+        codes = list(self.codes)  # a snapshot: the request may still be appending
+        return np.stack(codes) if codes else np.zeros((0, NUM_CODE_GROUPS), np.int64)
+
+    def audio_array(self) -> np.ndarray:
+        audio = list(self.audio)
+        return np.concatenate(audio) if audio else np.zeros(0, np.float32)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """codes [T, 16], probs [T, 16] or None, mismatch [T, 16] or None, all of the same T."""
+        codes = self.codes_array()
+        T = len(codes)
+        probs = list(self.probs)[:T]
+        mismatch = list(self.mismatch)[:T]
+        return (codes, np.stack(probs) if len(probs) == T and T else None,
+                np.stack(mismatch) if len(mismatch) == T and T else None)

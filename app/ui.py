@@ -1,0 +1,136 @@
+"""The page: layout first, then all event wiring together, then the launch settings.
+
+Element ids (for browser tests and for people who script the page): text, generate,
+predictor, audio, heatmap, stats. API names: `synthesize` (streaming) and `codes`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import gradio as gr
+
+from app import figures, panels
+from app.files import OutputDir
+from app.handlers import Lab, SynthOut
+from omni_core import MAX_FRAMES, MAX_TEXT_CHARS
+
+STATIC = Path(__file__).resolve().parent.parent / "static"
+EXAMPLES = [
+    "Hello there! This is Omni Speech Lab.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Sixteen codebooks, one frame every eighty milliseconds.",
+]
+PREDICTORS = [("re-prefill", "reprefill"), ("KV", "kv"), ("compare", "compare")]
+VIEWS = [("codes", "codes"), ("confidence", "confidence"), ("disagreement", "disagreement")]
+QUEUE = dict(default_concurrency_limit=2, max_size=32)  # engine events share one group of 2 running requests
+
+
+def build_ui(pipe, outputs: OutputDir) -> gr.Blocks:
+    info = pipe.info
+    streaming = shutil.which("ffmpeg") is not None  # Gradio encodes streamed audio with ffmpeg
+    lab = Lab(pipe, outputs, streaming)
+    cuda = bool(info["cuda_available"])
+
+    with gr.Blocks(title="Omni Speech Lab", fill_width=True, delete_cache=(3600, 3600)) as demo:
+        gr.HTML(panels.header(info, streaming), elem_id="header", js_on_load=None)
+        take = gr.State(None)
+        with gr.Row(equal_height=False, elem_id="main"):
+            with gr.Column(scale=4, min_width=320, elem_id="controls"):
+                text = gr.Textbox(label="Text", lines=3, max_lines=8, max_length=MAX_TEXT_CHARS,
+                                  placeholder="Type what to say (speak) or what to ask (chat)…",
+                                  value=EXAMPLES[0], elem_id="text")
+                gr.Examples(EXAMPLES, inputs=[text], label="Examples")
+                with gr.Row():
+                    mode = gr.Radio([("speak", "speak"), ("chat", "chat")], value="speak", label="Mode",
+                                    info="speak: say this text · chat: the model replies", elem_id="mode",
+                                    min_width=200)
+                    speaker = gr.Dropdown(info["speakers"], value=info["default_speaker"], label="Speaker",
+                                          elem_id="speaker", min_width=140)
+                predictor = gr.Radio(PREDICTORS, value="reprefill", label="Code predictor",
+                                     info="re-prefill (CUDA-graph friendly) · KV cache · compare runs both",
+                                     elem_id="predictor")
+                cuda_graph = gr.Checkbox(value=cuda, interactive=cuda, label="CUDA graph for the predictor",
+                                         info=None if cuda else "CUDA is not available here: the predictor runs eagerly.",
+                                         elem_id="cuda-graph")
+                max_frames = gr.Slider(0, MAX_FRAMES, value=0, step=1, label="Max frames",
+                                       info="0 = automatic (scales with the text) · 12.5 frames per second",
+                                       elem_id="max-frames")
+                with gr.Accordion("Sampling (greedy unless turned on)", open=False, elem_id="sampling"):
+                    do_sample = gr.Checkbox(value=False, label="Sample (off = greedy)", elem_id="do-sample")
+                    with gr.Row():
+                        temperature = gr.Slider(0.05, 2.0, value=0.9, step=0.05, label="Temperature")
+                        top_k = gr.Slider(0, 200, value=50, step=1, label="Top-k", info="0 = off")
+                    with gr.Row():
+                        top_p = gr.Slider(0.01, 1.0, value=1.0, step=0.01, label="Top-p")
+                        seed = gr.Number(value=0, precision=0, minimum=0, label="Seed")
+                with gr.Row(elem_id="actions"):
+                    generate = gr.Button("Generate", variant="primary", elem_id="generate", scale=3)
+                    stop = gr.Button("Stop", variant="stop", elem_id="stop", scale=1)
+                audio = gr.Audio(label="Audio" if streaming else "Audio (whole file, at the end: no ffmpeg)",
+                                 streaming=streaming, autoplay=True, interactive=False, elem_id="audio",
+                                 buttons=["download"])
+                files = gr.File(label="Downloads", file_count="multiple",
+                                interactive=False, elem_id="downloads")
+            with gr.Column(scale=6, min_width=340, elem_id="results"):
+                view = gr.Radio(VIEWS, value="codes", label="Heatmap view", elem_id="view",
+                                info="codes · the predictor's confidence · where re-prefill and KV disagree")
+                heatmap = gr.Plot(figures.empty(), label="heatmap", show_label=False, elem_id="heatmap")
+                stats = gr.HTML(panels.idle(), label="stats", elem_id="stats", js_on_load=None)
+                with gr.Accordion("Listen with the first k codebooks", open=True, elem_id="listen"):
+                    with gr.Row(equal_height=False, elem_id="listen-row"):
+                        k = gr.Slider(1, info["num_code_groups"], value=4, step=1, label="k codebooks",
+                                      info="CB0 alone is coarse; each codebook refines the residual",
+                                      elem_id="k", scale=4)
+                        listen = gr.Button("Re-decode", size="md", elem_id="listen-button", scale=1,
+                                           min_width=120)
+                    listen_audio = gr.Audio(label="First k codebooks", interactive=False, elem_id="audio-k",
+                                            buttons=["download"])
+                with gr.Accordion("Decode a codes file", open=False, elem_id="upload-section"):
+                    upload = gr.File(label="Upload codes ([T, 16], .npy or .json)", file_types=[".npy", ".json"],
+                                     type="filepath", elem_id="upload")
+
+        # The `codes` API: whole-utterance, no streaming. Plain text inputs so the engine, not a
+        # dropdown, says what a bad value is.
+        with gr.Column(visible=False):
+            api_inputs = [gr.Textbox(label="text"), gr.Textbox(value="speak", label="mode"),
+                          gr.Textbox(value=info["default_speaker"], label="speaker"),
+                          gr.Textbox(value="reprefill", label="predictor"), gr.Checkbox(False, label="do_sample"),
+                          gr.Number(0, precision=0, label="seed"), gr.Number(None, precision=0, label="max_frames")]
+            api_outputs = [gr.JSON(label="result"), gr.File(label="wav")]
+
+        # --- wiring ---------------------------------------------------------------------------------
+        synth_inputs = [text, mode, speaker, predictor, cuda_graph, do_sample, temperature, top_k, top_p, seed,
+                        max_frames, view]
+        run = gr.on([generate.click, text.submit], lab.synthesize, inputs=synth_inputs,
+                    outputs=list(SynthOut(audio=audio, heatmap=heatmap, stats=stats, files=files, take=take)),
+                    api_name="synthesize",
+                    concurrency_id="engine", show_progress="minimal")
+        # Queued, so its result travels the same stream as the request's last updates, after them.
+        stop.click(lab.stop, inputs=[take], outputs=[heatmap, stats, files], cancels=[run],
+                   concurrency_limit=None, api_visibility="private")
+        view.change(lab.redraw, inputs=[view, take], outputs=[heatmap], queue=False, api_visibility="private")
+        listen.click(lab.listen, inputs=[k, take], outputs=[listen_audio], concurrency_id="engine",
+                     api_visibility="private")
+        upload.upload(lab.upload, inputs=[upload, view], outputs=[heatmap, stats, listen_audio, k, files, take],
+                      concurrency_id="engine", api_visibility="private")
+        gr.on([], lab.codes, inputs=api_inputs, outputs=api_outputs, api_name="codes", concurrency_id="engine")
+    return demo.queue(**QUEUE)
+
+
+def launch_kwargs(args, outputs: OutputDir) -> dict:
+    """Arguments for `Blocks.launch`. Host and port only when given, so GRADIO_SERVER_* still work."""
+    kwargs = dict(share=args.share, css_paths=[STATIC / "style.css"], allowed_paths=[str(STATIC), str(outputs.root)],
+                  max_file_size="5mb", theme=theme(), footer_links=["api"])
+    if args.host is not None:
+        kwargs["server_name"] = args.host
+    if args.port is not None:
+        kwargs["server_port"] = args.port
+    return kwargs
+
+
+def theme() -> gr.themes.Base:
+    return gr.themes.Soft(primary_hue="indigo", secondary_hue="sky", neutral_hue="slate",
+                          font=["Inter", "ui-sans-serif", "system-ui", "sans-serif"],
+                          font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"])

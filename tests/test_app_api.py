@@ -1,0 +1,136 @@
+"""The app's two API endpoints, through gradio_client against the real `python app.py` server.
+
+`codes`: non-streaming, returns {"codes", "text", "stats"} and a WAV. `synthesize`: the
+streaming event the Generate button runs. Bad input gets a clear message and the
+server keeps working.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+from gradio_client.utils import Status
+
+from .conftest import launch_app
+
+FRAMES = 12
+
+
+@pytest.fixture(scope="module")
+def client(app_server) -> Client:
+    return Client(app_server, verbose=False)
+
+
+def synthesize(client: Client, text: str, predictor: str = "reprefill", max_frames: int = FRAMES, **kw):
+    """Submit the streaming endpoint with the page's defaults; returns the job."""
+    args = dict(text=text, mode="speak", speaker="ethan", predictor=predictor, cuda_graph=False, do_sample=False,
+                temperature=0.9, top_k=50, top_p=1.0, seed=0, max_frames=max_frames, view="codes")
+    args.update(kw)
+    return client.submit(**args, api_name="/synthesize")
+
+
+def test_codes_returns_codes_and_a_24khz_wav(client):
+    result, wav = client.predict("Hello there", max_frames=FRAMES, api_name="/codes")
+    codes = np.array(result["codes"])
+    assert codes.ndim == 2 and codes.shape[1] == 16 and 1 <= len(codes) <= FRAMES
+    assert codes.dtype.kind == "i" and codes.min() >= 0 and codes.max() <= 2047
+    assert result["text"] == "Hello there"
+    assert result["stats"]["frames"] == len(codes) and result["stats"]["predictor"] == "reprefill"
+    audio, sample_rate = sf.read(wav)
+    assert sample_rate == 24000
+    assert abs(len(audio) - len(codes) * 1920) <= 1920  # 80 ms per frame
+
+
+def test_synthesize_streams_audio_and_heatmap_updates(client):
+    job = synthesize(client, "Streaming, frame by frame.", predictor="kv", max_frames=24)
+    outputs = list(job)  # every yield, in order, as the page receives it
+    assert job.status().code == Status.FINISHED
+    live, final = outputs[:-1], outputs[-1]
+    audio_chunks = sum(isinstance(audio, str) and audio != "" for audio, *_ in live)
+    heatmaps = sum(isinstance(plot, dict) and bool(plot.get("plot")) for _, plot, *_ in live)
+    assert audio_chunks >= 3, f"only {audio_chunks} audio updates before the end"
+    assert heatmaps >= 3, f"only {heatmaps} heatmap updates before the end"
+    _, plot, stats, files = final
+    assert "24 frames" in json.loads(plot["plot"])["layout"]["title"]["text"]
+    assert "KV cache" in stats
+    assert sorted(p.rsplit(".", 1)[-1] for p in files) == ["json", "npy", "wav"]
+
+
+def test_both_endpoints_and_both_predictors_give_the_same_codes(client):
+    result, _ = client.predict("Same codes either way.", predictor="kv", max_frames=FRAMES, api_name="/codes")
+    outputs = list(synthesize(client, "Same codes either way.", predictor="reprefill"))
+    files = outputs[-1][3]
+    streamed = np.load(next(p for p in files if p.endswith(".npy")), allow_pickle=False)
+    np.testing.assert_array_equal(streamed, np.array(result["codes"]))
+
+
+BAD_INPUTS = [  # (arguments to `codes`, what the message must say)
+    (dict(text=""), "text is empty"),
+    (dict(text="   \n\t "), "text is empty"),
+    (dict(text="hi", predictor="turbo"), "unknown predictor"),
+    (dict(text="hi", mode="sing"), "unknown mode"),
+    (dict(text="hi", speaker="nobody"), "unknown speaker"),
+    (dict(text="hi", max_frames=-3), "max_frames"),
+    (dict(text="hi", seed=-1), "seed"),
+]
+
+
+@pytest.mark.parametrize("kwargs, message", BAD_INPUTS, ids=[m for _, m in BAD_INPUTS])
+def test_bad_input_gets_a_clear_error(client, kwargs, message):
+    with pytest.raises(AppError, match=message):
+        client.predict(**kwargs, api_name="/codes")
+
+
+def test_bad_streaming_request_gets_a_clear_error_and_the_server_still_works(client):
+    job = synthesize(client, "  ")
+    with pytest.raises(AppError, match="text is empty"):
+        job.result()
+    result, _ = client.predict("Still here.", max_frames=4, api_name="/codes")
+    assert len(result["codes"]) == 4
+
+
+def test_concurrent_requests_give_exactly_their_solo_codes(client, app_server):
+    """Each request has its own state and seed: run side by side, each equals its run alone."""
+    requests = [dict(text=f"Request number {i}.", do_sample=True, seed=seed, max_frames=8)
+                for i, seed in enumerate((1, 2, 3))]
+    solo = [client.predict(**r, api_name="/codes")[0]["codes"] for r in requests]
+
+    def run(r):  # one client per thread: separate sessions, as separate browsers would be
+        return Client(app_server, verbose=False).predict(**r, api_name="/codes")[0]["codes"]
+
+    with ThreadPoolExecutor(len(requests)) as pool:
+        together = list(pool.map(run, requests))
+    assert together == solo
+    assert solo[0] != solo[1]
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", str(Path(__file__).resolve().parent.parent / "app.py")])
+def test_the_server_does_not_serve_arbitrary_files(app_server, path):
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{app_server}gradio_api/file={path}", timeout=10)
+    assert refused.value.code in (403, 404)
+
+
+def test_without_ffmpeg_the_audio_comes_whole_at_the_end_with_a_note(tmp_path):
+    """Gradio needs ffmpeg to stream audio; without it the app says so and sends one WAV."""
+    no_ffmpeg = os.path.dirname(sys.executable)  # PATH with the venv's tools only
+    with launch_app(tmp_path, PATH=no_ffmpeg) as url:
+        client = Client(url, verbose=False)
+        assert "ffmpeg is not installed" in json.dumps(client.config)
+        outputs = list(synthesize(client, "No ffmpeg here.", max_frames=8))
+        live_audio = [audio for audio, *_ in outputs[:-1] if isinstance(audio, str)]
+        final_audio = outputs[-1][0]
+        assert live_audio == []
+        audio, sample_rate = sf.read(final_audio)
+        assert sample_rate == 24000 and len(audio) > 0

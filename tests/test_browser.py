@@ -1,0 +1,132 @@
+"""The page in a real browser: Playwright drives Debian's Chromium against the real server.
+
+Types text, clicks Generate, waits for the heatmap and for the audio to play, switches
+the predictor to KV and runs again, checks the stats name the predictor, stops a long
+request, decodes an uploaded codes file, and saves a screenshot (docs/screenshot.png).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--autoplay-policy=no-user-gesture-required"]
+SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "screenshot.png"
+TIMEOUT_MS = 90_000
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}")
+
+
+@pytest.fixture(scope="module")
+def page(app_server, tmp_path_factory):
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(app_server)
+        page.locator("#generate").wait_for()
+        yield page
+        browser.close()
+
+
+def set_max_frames(page, frames: int) -> None:
+    box = page.locator("#max-frames input[type=number]")
+    box.fill(str(frames))
+    box.press("Enter")
+
+
+def generate_and_wait(page, predictor_name: str) -> str:
+    """Click Generate; wait until the stats panel reports a finished run; return its text."""
+    page.locator("#generate").click()
+    page.wait_for_function(
+        """name => { const s = document.querySelector('#stats');
+                     return s && s.innerText.includes(name) && s.innerText.includes('FIRST AUDIO')
+                            && !s.innerText.includes('Generating'); }""",
+        arg=predictor_name)
+    return page.locator("#stats").inner_text()
+
+
+def heatmap_title(page) -> str:
+    return page.locator("#heatmap .gtitle").text_content() or ""
+
+
+def test_generate_play_switch_predictor_and_screenshot(page, tmp_path):
+    page.locator("#text textarea").fill("Hello from the browser test.")
+    set_max_frames(page, 24)
+
+    stats = generate_and_wait(page, "re-prefill")
+    assert "24" in stats
+    page.locator("#heatmap .heatmaplayer").wait_for()
+    assert "24 frames" in heatmap_title(page)
+    # The streamed audio autoplays: wait until the player has actually advanced.
+    page.wait_for_function("""() => [...document.querySelectorAll('#audio audio')]
+                                   .some(a => a.currentTime > 0 || a.played.length > 0)""")
+
+    page.locator("#predictor").get_by_text("KV", exact=True).click()
+    stats = generate_and_wait(page, "KV cache")
+    assert "KV cache" in stats and "re-prefill" not in stats
+
+    page.locator("#view").get_by_text("confidence", exact=True).click()
+    page.wait_for_function("() => document.querySelector('#heatmap .gtitle')?.textContent.includes('confidence')")
+    page.locator("#view").get_by_text("codes", exact=True).click()
+    page.wait_for_function("() => document.querySelector('#heatmap .gtitle')?.textContent.startsWith('codes')")
+
+    page.locator("#listen-button").click()
+    page.locator("#audio-k [data-testid=download-link]").wait_for(state="attached")
+
+    page.screenshot(path=str(tmp_path / "screenshot.png"), full_page=True)
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    shutil.copy(tmp_path / "screenshot.png", SCREENSHOT)
+
+
+def test_fits_a_phone_screen(page, tmp_path):
+    page.set_viewport_size({"width": 390, "height": 844})
+    try:
+        page.wait_for_timeout(500)
+        overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+        page.screenshot(path=str(tmp_path / "phone.png"), full_page=True)
+        assert overflow <= 1, f"the page is {overflow}px wider than a 390px phone screen"
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 1000})
+
+
+def test_stop_ends_a_long_request_and_the_next_runs(page):
+    set_max_frames(page, 400)
+    page.locator("#generate").click()
+    page.wait_for_function("() => document.querySelector('#stats')?.innerText.includes('Generating')")
+    page.wait_for_function("() => /[1-9]\\d* frames/.test(document.querySelector('#heatmap .gtitle')?.textContent)")
+    page.locator("#stop").click()
+    page.wait_for_function("() => document.querySelector('#stats')?.innerText.includes('Stopped')", timeout=15_000)
+    frames = int(heatmap_title(page).split(" frames")[0].split()[-1])
+    assert 0 < frames < 400
+
+    set_max_frames(page, 12)
+    stats = generate_and_wait(page, "KV cache")
+    assert "12" in stats
+
+
+def test_upload_codes_file_draws_it_and_a_bad_file_gets_a_message(page, tmp_path):
+    codes = np.random.default_rng(0).integers(0, 2048, size=(20, 16))
+    good = tmp_path / "codes.json"
+    good.write_text(json.dumps({"codes": codes.tolist()}))
+    page.locator("#upload-section").get_by_text("Decode a codes file").click()
+    page.locator("#upload input[type=file]").set_input_files(str(good))
+    page.wait_for_function("() => document.querySelector('#stats')?.innerText.includes('Uploaded codes')")
+    assert "20 frames" in heatmap_title(page)
+
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.zeros((5, 7), np.int64))
+    page.locator("#upload button[aria-label='Clear']").first.click()
+    page.locator("#upload input[type=file]").set_input_files(str(bad))
+    page.get_by_text("shape [frames, 16]").first.wait_for()
