@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 
 UPDATE_EVERY = 4  # frames (320 ms of audio) between live updates: enough to look live, light for the browser
 MAX_UPDATES = 40  # for long utterances the gap grows so an update never redraws more than ~T/40 new frames
-STOP_WAIT_S = 10.0  # Stop waits this long at most for the request to end (it ends within a frame)
 
 try:  # Hugging Face ZeroGPU: borrow a GPU for each call; a no-op everywhere else
     import spaces
@@ -94,7 +93,6 @@ class Lab:
                                top_p, seed, max_frames)
         request, _ = request.checked(self.info["speakers"])  # a bad request fails here, before the page is cleared
         take = Take(view=view)
-        print("GEN start", flush=True)
         start = time.perf_counter()
         events = None
         pending: list[np.ndarray] = []  # audio not yet sent to the player
@@ -117,8 +115,6 @@ class Lab:
                 elif isinstance(event, Done):
                     yield from self._finish(take, event.result, pending)
                     return
-                if take.cancel.is_set():
-                    continue  # Stop draws the final state once this request has ended: send nothing more
                 first_audio = bool(pending) and len(take.audio) == len(pending)
                 if first_audio or take.frames - drawn >= max(UPDATE_EVERY, take.frames // MAX_UPDATES):
                     drawn = take.frames
@@ -127,17 +123,13 @@ class Lab:
                                                         time.perf_counter() - start, take.first_audio_s,
                                                         take.text), take=take)
         finally:
-            take.cancel.set()  # also when Gradio closes this generator (Stop, a closed tab): the engine stops
+            take.cancel.set()  # also when Gradio closes this generator (a closed tab): the engine stops
             if events is not None:
                 events.close()
-            take.ended.set()
-            print("GEN ended", take.frames, flush=True)
 
     def _finish(self, take: Take, result, pending: list[np.ndarray]):
-        """After Done: the final heatmap, stats and downloads (nothing, if Stop already drew them)."""
+        """After Done (finished or stopped): the final heatmap, stats and downloads."""
         stats = result.stats.to_dict()
-        if stats.get("stopped") == "cancelled":
-            return
         take.finish(result)
         for warning in stats.get("warnings") or []:
             gr.Warning(warning)
@@ -146,22 +138,11 @@ class Lab:
         yield SynthOut(audio=audio, heatmap=self._figure(take), stats=panels.finished(stats, result.text),
                        files=files, take=take)
 
-    @reports_errors
-    def stop(self, take: Take | None):
-        """Stop the running request (Gradio also cancels the event) and draw what it made so far."""
-        print("STOP take", None if take is None else (take.finished, take.frames, take.ended.is_set()), flush=True)
-        if take is None or take.finished:  # nothing running in this session, or it has not started yet
-            return gr.skip(), gr.skip(), gr.skip()
-        take.cancel.set()  # the engine stops within a frame
-        # Draw only once the request has ended, so no update of its own can land after this one.
-        take.ended.wait(timeout=STOP_WAIT_S)
-        print("STOP waited", take.ended.is_set(), take.finished, flush=True)
-        if take.finished:  # it finished on its own meanwhile and drew its final state
-            return gr.skip(), gr.skip(), gr.skip()
-        take.finished = True
-        if take.frames == 0:
-            return figures.empty("Stopped before the first frame"), panels.stopped(0, self.frame_s, take.text), None
-        return self._figure(take), panels.stopped(take.frames, self.frame_s, take.text), self._write(take, {})
+    def stop(self, take: Take | None) -> None:
+        """Ask this session's running request to stop: the engine ends it within a frame, and the
+        request draws what it made so far as its last update."""
+        if take is not None:
+            take.cancel.set()
 
     # --- redraw, re-decode, upload ----------------------------------------------------------
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from html import escape
 
 PREDICTOR_NAMES = {"reprefill": "re-prefill", "kv": "KV cache", "compare": "compare (re-prefill vs KV)"}
-STOPPED = {"eos": "finished (end of speech)", "max_frames": "reached the frame limit", "cancelled": "stopped"}
+STOPPED = {"eos": "finished (end of speech)", "max_frames": "reached the frame limit",
+           "cancelled": "Stopped: what was made so far is drawn and can be downloaded"}
 STAGES = ("thinker", "talker", "predictor", "codec")
 
 CHECKPOINT_HINT = "python app.py --model /path/to/Qwen3-Omni-30B-A3B-Instruct"
@@ -75,11 +76,6 @@ def finished(stats: dict, text: str) -> str:
 def uploaded(frames: int, frame_s: float, name: str) -> str:
     cards = [("frames", str(frames)), ("audio", f"{frames * frame_s:.2f} s")]
     return _panel(f"Uploaded codes <b>{escape(name)}</b>, decoded with all 16 codebooks", cards, "", [], "")
-
-
-def stopped(frames: int, frame_s: float, text: str) -> str:
-    cards = [("frames", str(frames)), ("audio", f"{frames * frame_s:.2f} s")]
-    return _panel("<b>Stopped.</b> The frames made so far are drawn and can be downloaded.", cards, "", [], text)
 
 
 def _panel(title: str, cards: list[tuple[str, str]], bar: str, warnings: list[str], text: str) -> str:

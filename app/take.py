@@ -1,8 +1,8 @@
 """`Take`: one session's current utterance, kept in gr.State.
 
-It grows in place while a request streams, so Stop and the view switch see the
-frames made so far; it holds the request's own cancel flag. Nothing here is shared
-between sessions or requests.
+It grows in place while a request streams, so the view switch sees the frames made
+so far, and it holds the request's own cancel flag, which Stop sets. Nothing here is
+shared between sessions or requests.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ class Take:
     first_audio_s: float | None = None
     finished: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)  # set: the engine stops within a frame
-    ended: threading.Event = field(default_factory=threading.Event)  # set: the request sends nothing more
 
     @classmethod
     def from_codes(cls, codes: np.ndarray, audio: np.ndarray, view: str = "codes") -> "Take":

@@ -103,13 +103,12 @@ def build_ui(pipe, outputs: OutputDir) -> gr.Blocks:
         # --- wiring ---------------------------------------------------------------------------------
         synth_inputs = [text, mode, speaker, predictor, cuda_graph, do_sample, temperature, top_k, top_p, seed,
                         max_frames, view]
-        run = gr.on([generate.click, text.submit], lab.synthesize, inputs=synth_inputs,
-                    outputs=list(SynthOut(audio=audio, heatmap=heatmap, stats=stats, files=files, take=take)),
-                    api_name="synthesize",
-                    concurrency_id="engine", show_progress="minimal")
-        # Queued, so its result travels the same stream as the request's last updates, after them.
-        stop.click(lab.stop, inputs=[take], outputs=[heatmap, stats, files], cancels=[run],
-                   concurrency_limit=None, api_visibility="private")
+        gr.on([generate.click, text.submit], lab.synthesize, inputs=synth_inputs,
+              outputs=list(SynthOut(audio=audio, heatmap=heatmap, stats=stats, files=files, take=take)),
+              api_name="synthesize", concurrency_id="engine", show_progress="minimal")
+        # Stop sets the running request's cancel flag and the request draws its own last update.
+        # (Gradio's `cancels=` would drop that update, and its last live one could land after ours.)
+        stop.click(lab.stop, inputs=[take], queue=False, api_visibility="private")
         view.change(lab.redraw, inputs=[view, take], outputs=[heatmap], queue=False, api_visibility="private")
         listen.click(lab.listen, inputs=[k, take], outputs=[listen_audio], concurrency_id="engine",
                      api_visibility="private")

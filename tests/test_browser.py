@@ -47,14 +47,15 @@ def set_max_frames(page, frames: int) -> None:
 
 
 def generate_and_wait(page, predictor_name: str) -> str:
-    """Click Generate; wait until the stats panel reports a finished run; return its text."""
+    """Click Generate; wait until the stats panel reports this run finished; return its text."""
+    before = page.locator("#stats .stats").inner_text()  # a finished run's timings never repeat exactly
     page.locator("#generate").click()
     page.wait_for_function(
-        """name => { const s = document.querySelector('#stats');
-                     return s && s.innerText.includes(name) && s.innerText.includes('FIRST AUDIO')
-                            && !s.innerText.includes('Generating'); }""",
-        arg=predictor_name)
-    return page.locator("#stats").inner_text()
+        """([name, before]) => { const s = document.querySelector('#stats .stats')?.innerText || '';
+                                 return s !== before && s.includes(name) && s.includes('FIRST AUDIO')
+                                        && !s.includes('Generating'); }""",
+        arg=[predictor_name, before])
+    return page.locator("#stats .stats").inner_text()
 
 
 def heatmap_title(page) -> str:
