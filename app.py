@@ -11,7 +11,8 @@ from omni_core import load_pipeline
 def main() -> None:
     args = parse_args()
     try:
-        pipe = load_pipeline(args.model, device=args.device, dtype=args.dtype)
+        pipe = load_pipeline(args.model, device=args.device, dtype=args.dtype, threads=args.threads,
+                             time_budget_s=args.time_budget)
     except (ValueError, OSError) as exc:  # CheckpointError names the file and the problem
         sys.exit(f"Cannot load model {args.model!r}: {exc}")
     outputs = OutputDir()

@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
+
+CONCURRENT_REQUESTS = 2  # the queue's default_concurrency_limit (app/ui.py)
+
+
+def default_threads() -> int:
+    """Each running request gets its share of the cores: oversubscribed kernel threads spin and
+    slow everyone down (measured: 6x slower for two 2-thread requests on 2 cores)."""
+    return max(1, (os.cpu_count() or 1) // CONCURRENT_REQUESTS)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -17,4 +26,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=None,
                         help="port to listen on (default: $GRADIO_SERVER_PORT, else 7860)")
     parser.add_argument("--share", action="store_true", help="also open a public gradio.live link")
+    parser.add_argument("--threads", type=int, default=default_threads(),
+                        help="CPU threads for the engine's kernels (default: cores / concurrent requests)")
+    parser.add_argument("--time-budget", type=float, default=300.0,
+                        help="seconds one request may run before it is stopped (default: 300)")
     return parser.parse_args(argv)

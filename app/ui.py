@@ -12,6 +12,7 @@ from pathlib import Path
 import gradio as gr
 
 from app import figures, panels
+from app.cli import CONCURRENT_REQUESTS
 from app.files import OutputDir
 from app.handlers import Lab, SynthOut
 from omni_core import MAX_FRAMES, MAX_TEXT_CHARS
@@ -24,7 +25,7 @@ EXAMPLES = [
 ]
 PREDICTORS = [("re-prefill", "reprefill"), ("KV", "kv"), ("compare", "compare")]
 VIEWS = [("codes", "codes"), ("confidence", "confidence"), ("disagreement", "disagreement")]
-QUEUE = dict(default_concurrency_limit=2, max_size=32)  # engine events share one group of 2 running requests
+QUEUE = dict(default_concurrency_limit=CONCURRENT_REQUESTS, max_size=32)  # engine events share one group of 2 running requests
 
 
 def build_ui(pipe, outputs: OutputDir) -> gr.Blocks:

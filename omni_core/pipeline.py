@@ -46,8 +46,15 @@ def resolve_dtype(dtype: str | torch.dtype, cfg: OmniConfig) -> torch.dtype:
     return DTYPES[name]
 
 
-def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto") -> "Pipeline":
-    """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape) or a checkpoint directory."""
+def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto",
+                  threads: int | None = None, time_budget_s: float | None = None) -> "Pipeline":
+    """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape) or a checkpoint directory.
+
+    threads: CPU threads for torch's kernels (process-wide; None leaves torch's default). A server
+    running N requests at once on C cores wants about C / N: oversubscribed OpenMP threads spin.
+    time_budget_s: the most one request may run before it is stopped (None: no limit)."""
+    if threads is not None:
+        torch.set_num_threads(max(1, int(threads)))
     random_weights = str(source) in tiny.PRESETS
     path = tiny.ensure_tiny(str(source)) if random_weights else Path(source).expanduser()
     cfg = read_config(path)
@@ -60,7 +67,9 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     for m in modules.values():
         materialize(m, dev, dt).eval().requires_grad_(False)
     load_weights(modules, path)
-    return Pipeline(cfg, thinker, talker, codec, tokenizer, dev, dt, str(source), random_weights)
+    pipe = Pipeline(cfg, thinker, talker, codec, tokenizer, dev, dt, str(source), random_weights)
+    pipe.time_budget_s = time_budget_s
+    return pipe
 
 
 class Pipeline:
@@ -73,7 +82,7 @@ class Pipeline:
         self.default_speaker = "ethan" if "ethan" in config.speakers else self.speakers[0]
         self.suppress_mask = self._suppress_mask()
         self._graph_predictor = None
-        self.time_budget_s: float | None = None  # per request; a server sets one
+        self.time_budget_s: float | None = None  # per request (see load_pipeline)
 
     @property
     def info(self) -> dict:
