@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from .config import DecoderConfig
-from .layers import DecoderStack
+from .layers import DecoderStack, Linear
 from .sampling import SamplingConfig, choose, draw_noise
 
 # HF's code predictor samples with its own settings, whatever the talker uses.
@@ -45,7 +45,7 @@ class CodePredictor(nn.Module):
         super().__init__()
         self.num_code_groups = num_code_groups
         self.model = CodePredictorModel(cfg, num_code_groups)
-        self.lm_head = nn.ModuleList(nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = nn.ModuleList(Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
                                      for _ in range(num_code_groups - 1))
 
     def step(self, j: int, last_hidden: torch.Tensor, sampling: SamplingConfig, noise: torch.Tensor | None):

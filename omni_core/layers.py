@@ -17,6 +17,18 @@ from torch import nn
 from .config import DecoderConfig
 
 
+class Linear(nn.Linear):
+    """nn.Linear that decodes one bfloat16 row with a matrix-vector product: on CPU that reads
+    the weights about 1.4x faster than the matrix-matrix path (measured: 23.8 vs 16.4 GB/s)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.bfloat16 and x.numel() == x.shape[-1] and x.device.type == "cpu":
+            y = torch.mv(self.weight, x.reshape(-1))
+            y = y if self.bias is None else y + self.bias
+            return y.view(*x.shape[:-1], -1)
+        return super().forward(x)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -123,8 +135,8 @@ class Attention(nn.Module):
         super().__init__()
         H, KVH, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.head_dim, self.sizes = D, [H * D, KVH * D, KVH * D]
-        self.qkv_proj = nn.Linear(cfg.hidden_size, (H + 2 * KVH) * D, bias=False)  # q_proj; k_proj; v_proj
-        self.o_proj = nn.Linear(H * D, cfg.hidden_size, bias=False)
+        self.qkv_proj = Linear(cfg.hidden_size, (H + 2 * KVH) * D, bias=False)  # q_proj; k_proj; v_proj
+        self.o_proj = Linear(H * D, cfg.hidden_size, bias=False)
         self.q_norm = RMSNorm(D, cfg.rms_norm_eps) if qk_norm else nn.Identity()
         self.k_norm = RMSNorm(D, cfg.rms_norm_eps) if qk_norm else nn.Identity()
 
@@ -160,8 +172,8 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int):
         super().__init__()
-        self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=False)  # gate_proj; up_proj
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.gate_up_proj = Linear(hidden, 2 * intermediate, bias=False)  # gate_proj; up_proj
+        self.down_proj = Linear(intermediate, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
@@ -226,7 +238,7 @@ class SparseMoe(nn.Module):
         self.experts = Experts(cfg)
         if cfg.shared_expert_intermediate_size:
             self.shared_expert = MLP(cfg.hidden_size, cfg.shared_expert_intermediate_size)
-            self.shared_expert_gate = nn.Linear(cfg.hidden_size, 1, bias=False)
+            self.shared_expert_gate = Linear(cfg.hidden_size, 1, bias=False)
         else:
             self.shared_expert = None
 

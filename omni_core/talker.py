@@ -13,7 +13,7 @@ from torch import nn
 
 from .code_predictor import CodePredictor
 from .config import OmniConfig
-from .layers import DecoderStack
+from .layers import DecoderStack, Linear
 
 
 class TalkerModel(DecoderStack):
@@ -27,8 +27,8 @@ class ResizeMLP(nn.Module):
 
     def __init__(self, in_dim: int, intermediate: int, out_dim: int):
         super().__init__()
-        self.linear_fc1 = nn.Linear(in_dim, intermediate, bias=True)
-        self.linear_fc2 = nn.Linear(intermediate, out_dim, bias=True)
+        self.linear_fc1 = Linear(in_dim, intermediate, bias=True)
+        self.linear_fc2 = Linear(intermediate, out_dim, bias=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear_fc2(F.silu(self.linear_fc1(x)))
@@ -41,7 +41,7 @@ class Talker(nn.Module):
         super().__init__()
         t = cfg.talker
         self.model = TalkerModel(t)
-        self.codec_head = nn.Linear(t.hidden_size, t.vocab_size, bias=False)
+        self.codec_head = Linear(t.hidden_size, t.vocab_size, bias=False)
         self.text_projection = ResizeMLP(cfg.thinker_hidden_size, t.intermediate_size, t.hidden_size)
         self.hidden_projection = ResizeMLP(cfg.thinker_hidden_size, t.intermediate_size, t.hidden_size)
         self.code_predictor = CodePredictor(cfg.predictor, cfg.num_code_groups)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .config import DecoderConfig
-from .layers import DecoderStack, KVCache
+from .layers import DecoderStack, KVCache, Linear
 from .sampling import SamplingConfig, choose
 
 
@@ -28,7 +28,7 @@ class Thinker(nn.Module):
     def __init__(self, cfg: DecoderConfig):
         super().__init__()
         self.model = ThinkerModel(cfg)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return self.model.embed_tokens(ids)
