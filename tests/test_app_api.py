@@ -134,3 +134,20 @@ def test_without_ffmpeg_the_audio_comes_whole_at_the_end_with_a_note(tmp_path):
         assert live_audio == []
         audio, sample_rate = sf.read(final_audio)
         assert sample_rate == 24000 and len(audio) > 0
+
+
+def test_a_broken_checkpoint_stops_the_app_with_a_message_naming_the_file(tmp_path):
+    """Start-up faults are reported with the file named, not a stack trace from inside torch."""
+    import shutil
+    import subprocess
+    import sys
+
+    from omni_core.tiny import ensure_tiny
+
+    broken = tmp_path / "ckpt"
+    shutil.copytree(ensure_tiny("tiny"), broken)
+    (broken / "tokenizer.json").unlink()
+    done = subprocess.run([sys.executable, "app.py", "--model", str(broken), "--port", "0"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "tokenizer.json" in done.stderr and "Traceback" not in done.stderr
