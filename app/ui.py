@@ -132,5 +132,11 @@ def launch_kwargs(args, outputs: OutputDir) -> dict:
 
 def theme() -> gr.themes.Base:
     return gr.themes.Soft(primary_hue="indigo", secondary_hue="sky", neutral_hue="slate",
-                          font=["Inter", "ui-sans-serif", "system-ui", "sans-serif"],
-                          font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"])
+                          font=_fonts("Inter", "ui-sans-serif", "system-ui", "sans-serif"),
+                          font_mono=_fonts("ui-monospace", "SFMono-Regular", "Menlo", "monospace"))
+
+
+def _fonts(*names: str) -> list:
+    """Locally installed fonts (nothing fetched), as Font objects: Gradio compares themes
+    font by font on launch and fails on plain strings."""
+    return [gr.themes.Font(name) for name in names]

@@ -73,7 +73,7 @@ def launch_app(log_dir, **env_overrides):
     """Run `python app.py --port <free port>` on the tiny model; yield its URL, stop it on exit."""
     port = _free_port()
     log_path = log_dir / "server.log"
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1", **env_overrides)
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1", **env_overrides}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=APP_ROOT, env=env,
                                 stdout=log, stderr=subprocess.STDOUT)

@@ -151,3 +151,12 @@ def test_a_broken_checkpoint_stops_the_app_with_a_message_naming_the_file(tmp_pa
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "tokenizer.json" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_starts_as_a_newcomer_starts_it(tmp_path):
+    """Default environment (Gradio's analytics on, which compares themes at launch): the page serves."""
+    from .conftest import launch_app
+
+    with launch_app(tmp_path, GRADIO_ANALYTICS_ENABLED="True") as url:
+        with urllib.request.urlopen(url, timeout=30) as page:
+            assert page.status == 200 and b"Omni Speech Lab" in page.read()
