@@ -178,7 +178,7 @@ class SpeechRun:
 
 def default_text_tokens(prompt_len: int) -> int:
     """Chat reply length when none is given: random weights never emit EOS."""
-    return max(16, min(256, 2 * prompt_len))
+    return max(16, min(256, prompt_len))
 
 
 def default_frames(num_text_tokens: int) -> int:
