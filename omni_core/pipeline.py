@@ -6,6 +6,7 @@ request gets its own `SpeechRun` with its own caches and random generators.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,6 +83,7 @@ class Pipeline:
         self.default_speaker = "ethan" if "ethan" in config.speakers else self.speakers[0]
         self.suppress_mask = self._suppress_mask()
         self._graph_predictor = None
+        self._graph_lock = threading.Lock()
         self.time_budget_s: float | None = None  # per request (see load_pipeline)
 
     @property
@@ -135,9 +137,11 @@ class Pipeline:
 
     @property
     def graph_predictor(self):
-        if self._graph_predictor is None:
-            from .cuda_graph import GraphPredictor
-            self._graph_predictor = GraphPredictor(self.talker.code_predictor)
+        """The CUDA-graph predictor, built on first use (one per pipeline; it locks its buffers)."""
+        with self._graph_lock:
+            if self._graph_predictor is None:
+                from .cuda_graph import GraphPredictor
+                self._graph_predictor = GraphPredictor(self.talker.code_predictor)
         return self._graph_predictor
 
     # ---- codes → audio ----------------------------------------------------------------------
