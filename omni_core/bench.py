@@ -59,14 +59,21 @@ def copy_bandwidth(working_set: int, device: str = "cpu", repeats: int = 7) -> f
 
 # ---- (a) tiny end to end --------------------------------------------------------------------
 
-def bench_end_to_end(repeats: int) -> dict:
-    from .pipeline import load_pipeline
-    from .request import SpeechRequest
-    from .tiny import ensure_tiny
+def tiny_pair():
+    """Our pipeline and the HF model on the same tiny checkpoint (CPU, float32)."""
     from transformers import Qwen3OmniMoeForConditionalGeneration
 
-    pipe = load_pipeline("tiny", device="cpu")
+    from .pipeline import load_pipeline
+    from .tiny import ensure_tiny
+
     hf = Qwen3OmniMoeForConditionalGeneration.from_pretrained(ensure_tiny("tiny"), dtype=torch.float32).eval()
+    return load_pipeline("tiny", device="cpu"), hf
+
+
+def bench_end_to_end(repeats: int) -> dict:
+    from .request import SpeechRequest
+
+    pipe, hf = tiny_pair()
     text, frames, tokens = "Tell me something about the weather today.", 60, 16
     ids = torch.tensor([pipe.chat_prompt(text)])
 
@@ -151,12 +158,8 @@ def bench_predictor(repeats: int, device: str = "cpu", batches=(1, 4, 16), dtype
 
 def bench_codec(repeats: int, frames: int = 125) -> dict:
     from .streaming_codec import StreamingDecoder
-    from .tiny import ensure_tiny
-    from .pipeline import load_pipeline
-    from transformers import Qwen3OmniMoeForConditionalGeneration
 
-    pipe = load_pipeline("tiny", device="cpu")
-    hf = Qwen3OmniMoeForConditionalGeneration.from_pretrained(ensure_tiny("tiny"), dtype=torch.float32).eval()
+    pipe, hf = tiny_pair()
     codes = torch.randint(0, 2048, (1, 16, frames))
     seconds = frames * 0.08
 

@@ -66,11 +66,13 @@ class SpeechRun:
         im_end = self.cfg.token_ids["im_end"]
         if req.mode == "speak":
             reply_ids = pipe.tokenizer(req.text, add_special_tokens=False)["input_ids"] + [im_end]
-            # Teacher-forced: the thinker reads the reply as if it had written it.
+            # Teacher-forced: the thinker reads the reply as if it had written it. For text-only
+            # input the talker then reads only the (projected) token embeddings, as in HF; the
+            # hidden states matter for audio/image/video positions, which this path has none of.
             self.timed("thinker", pipe.thinker, torch.tensor([prompt_ids + reply_ids], device=pipe.device))
             return prompt_ids, iter(reply_ids)
         max_tokens = req.max_text_tokens or default_text_tokens(len(prompt_ids))
-        sampling = SamplingConfig(req.do_sample, req.temperature, req.top_k, req.top_p)
+        sampling = SamplingConfig.of(req)
         generator = torch.Generator(pipe.device).manual_seed(req.seed + 1)
         prompt = torch.tensor([prompt_ids], device=pipe.device)
         return prompt_ids, pipe.thinker.generate(prompt, max_tokens, im_end, sampling, generator)

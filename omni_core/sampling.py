@@ -21,6 +21,11 @@ class SamplingConfig:
     top_k: int = 0  # 0: off
     top_p: float = 1.0  # 1.0: off
 
+    @classmethod
+    def of(cls, request) -> "SamplingConfig":
+        """The sampling a SpeechRequest asks for (greedy unless do_sample)."""
+        return cls(request.do_sample, request.temperature, request.top_k, request.top_p)
+
 
 def repetition_penalty(logits: torch.Tensor, history: torch.Tensor | None, penalty: float) -> torch.Tensor:
     """logits: [B, V]; history: [B, L] ids already generated. HF: divide positive, multiply negative."""

@@ -20,7 +20,7 @@ class TalkerLoop:
         talker = pipe.talker
         self.cache = talker.model.new_cache(1, prompt.shape[1] + 64, like=prompt)
         self.history = torch.empty(1, 0, dtype=torch.long, device=pipe.device)  # CB0s so far
-        self.sampling = SamplingConfig(request.do_sample, request.temperature, request.top_k, request.top_p)
+        self.sampling = SamplingConfig.of(request)
         self.predictor_sampling = PREDICTOR_SAMPLING if request.do_sample else GREEDY
         self.gen_talker = torch.Generator(pipe.device).manual_seed(seed)
         # Both predictors draw from equal streams, so compare mode compares like with like.
