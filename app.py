@@ -12,7 +12,9 @@ def main() -> None:
     args = parse_args()
     try:
         pipe = load_pipeline(args.model, device=args.device, dtype=args.dtype, threads=args.threads,
-                             time_budget_s=args.time_budget)
+                             time_budget_s=args.time_budget, compile=args.compile)
+        if args.compile:
+            pipe.warm_up()
     except (ValueError, OSError) as exc:  # CheckpointError names the file and the problem
         sys.exit(f"Cannot load model {args.model!r}: {exc}")
     outputs = OutputDir()

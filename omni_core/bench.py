@@ -5,6 +5,8 @@ weights and reports medians and ratios from that one run: these machines are
 shared and noisy, so only same-run ratios mean anything.
 
   (a) tiny model end to end: chat mode, greedy, 60 frames, each predictor vs HF generate
+  (a) and (b) also run the torch.compile'd paths (compiled.py); compiling happens before the
+      timed calls ((a) reports how long it took)
   (b) code predictor at real size (5 layers, hidden 1024, 16/8 heads, FFN 3072, 2048 codes,
       16 groups), batch 1/4/16, float32 and bfloat16, vs HF code_predictor.generate; the
       memory floor is the weight bytes one frame reads (the layers once per step, 15 steps,
@@ -71,25 +73,32 @@ def tiny_pair():
 
 
 def bench_end_to_end(repeats: int) -> dict:
+    from .pipeline import load_pipeline
     from .request import SpeechRequest
 
     pipe, hf = tiny_pair()
+    compiled = load_pipeline("tiny", device="cpu", compile=True)
+    t0 = time.perf_counter()
+    compiled.warm_up()  # compiles every decode path (inductor's disk cache makes a rerun quicker)
+    compile_s = time.perf_counter() - t0
     text, frames, tokens = "Tell me something about the weather today.", 60, 16
     ids = torch.tensor([pipe.chat_prompt(text)])
 
-    def ours(predictor):
-        return lambda: pipe.generate(SpeechRequest(text, mode="chat", predictor=predictor, max_frames=frames,
-                                                   max_text_tokens=tokens))
+    def ours(predictor, p=pipe):
+        return lambda: p.generate(SpeechRequest(text, mode="chat", predictor=predictor, max_frames=frames,
+                                                max_text_tokens=tokens))
 
     def reference():
         hf.generate(input_ids=ids, speaker="ethan", thinker_max_new_tokens=tokens, thinker_do_sample=False,
                     thinker_eos_token_id=pipe.config.token_ids["im_end"], talker_max_new_tokens=frames + 1,
                     talker_do_sample=False)
 
-    t = interleaved({"omni_core reprefill": ours("reprefill"), "omni_core kv": ours("kv"), "hf": reference},
-                    repeats)
-    return {"frames": frames, "seconds": t,
-            "speedup_reprefill": t["hf"] / t["omni_core reprefill"], "speedup_kv": t["hf"] / t["omni_core kv"]}
+    cases = {"omni_core reprefill": ours("reprefill"), "omni_core kv": ours("kv"),
+             "omni_core reprefill compiled": ours("reprefill", compiled), "omni_core kv compiled": ours("kv", compiled),
+             "hf": reference}
+    t = interleaved(cases, repeats)
+    return {"frames": frames, "seconds": t, "compile_s": compile_s,
+            "speedup": {name: t["hf"] / t[name] for name in cases if name != "hf"}}
 
 
 # ---- (b) real-size code predictor -----------------------------------------------------------
@@ -122,13 +131,18 @@ def frame_weight_bytes(cp) -> int:
     return 15 * layers + heads
 
 
-def bench_predictor(repeats: int, device: str = "cpu", batches=(1, 4, 16), dtypes=("float32", "bfloat16")) -> dict:
-    from .code_predictor import predict_kv, predict_reprefill
+def bench_predictor(repeats: int, device: str = "cpu", batches=(1, 4, 16), dtypes=("float32", "bfloat16"),
+                    compiled_dtypes=("float32",)) -> dict:
+    """Compiled KV only in `compiled_dtypes`: at this size each (dtype, batch) compiles for about
+    three minutes on 2 cores the first time."""
+    from .code_predictor import GREEDY, predict_kv, predict_reprefill
+    from .compiled import CompiledPredictors
 
     out = {}
     for name in dtypes:
         dtype = getattr(torch, name)
         hf, cp = real_predictor(dtype, device)
+        compiled = CompiledPredictors(cp)
         weight_bytes = frame_weight_bytes(cp)
         bandwidth = copy_bandwidth(weight_bytes // 15, device)  # ≈ all the weights: the working set
         floor = weight_bytes / bandwidth  # a frame's weight reads at copy speed
@@ -136,21 +150,22 @@ def bench_predictor(repeats: int, device: str = "cpu", batches=(1, 4, 16), dtype
             h = torch.randn(B, 1024, dtype=dtype, device=device)
             e0 = cp.model.codec_embedding[0](torch.randint(0, 2048, (B,), device=device))
             seq = torch.stack([h, e0], 1)
+            cases = {"omni_core reprefill": lambda: predict_reprefill(cp, h, e0),
+                     "omni_core kv": lambda: predict_kv(cp, h, e0),
+                     "hf": lambda: hf.generate(inputs_embeds=seq, max_new_tokens=15, do_sample=False)}
+            if name in compiled_dtypes:
+                cases["omni_core kv compiled"] = lambda: compiled.run("kv", h, e0, GREEDY)
             with torch.no_grad():
-                t = interleaved({
-                    "omni_core reprefill": lambda: predict_reprefill(cp, h, e0),
-                    "omni_core kv": lambda: predict_kv(cp, h, e0),
-                    "hf": lambda: hf.generate(inputs_embeds=seq, max_new_tokens=15, do_sample=False),
-                }, repeats)
+                t = interleaved(cases, repeats)
+            ours = [k for k in cases if k != "hf"]
             out[f"{name} batch {B}"] = {
                 "seconds_per_call": t, "frames_per_s": {k: B / v for k, v in t.items()},
-                "speedup_kv": t["hf"] / t["omni_core kv"], "speedup_reprefill": t["hf"] / t["omni_core reprefill"],
-                "floor_s": floor, "kv_over_floor": t["omni_core kv"] / floor,
-                "weight_bytes_per_frame": weight_bytes, "copy_traffic_GBps": bandwidth / 1e9,
+                "speedup": {k: t["hf"] / t[k] for k in ours}, "over_floor": {k: t[k] / floor for k in ours},
+                "floor_s": floor, "weight_bytes_per_frame": weight_bytes, "copy_traffic_GBps": bandwidth / 1e9,
             }
         first, last = out[f"{name} batch {batches[0]}"], out[f"{name} batch {batches[-1]}"]
-        out[f"{name} batching"] = {"kv_fps_ratio": last["frames_per_s"]["omni_core kv"] / first["frames_per_s"][
-            "omni_core kv"], "batches": [batches[0], batches[-1]]}
+        out[f"{name} batching"] = {"batches": [batches[0], batches[-1]], "fps_ratio": {
+            k: last["frames_per_s"][k] / first["frames_per_s"][k] for k in first["frames_per_s"]}}
     return out
 
 

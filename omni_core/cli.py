@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     synth.add_argument("--max-frames", type=int, default=None)
     synth.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
     synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--compile", action="store_true", help="torch.compile the decode steps (compiles first)")
     synth.add_argument("--out", default="out.wav", help="WAV file to write")
     synth.add_argument("--codes", default=None, help=".npy (or .json) file for the codes [T, 16]")
     bench = sub.add_parser("bench", help="benchmark against the HF reference")
@@ -40,7 +41,7 @@ def _synth(args) -> int:
     from . import CheckpointError, RequestError, SpeechRequest, codes_to_json, load_pipeline
 
     try:
-        pipe = load_pipeline(args.model, device=args.device, dtype=args.dtype)
+        pipe = load_pipeline(args.model, device=args.device, dtype=args.dtype, compile=args.compile)
         result = pipe.generate(SpeechRequest(args.text, mode=args.mode, predictor=args.predictor,
                                              speaker=args.speaker, max_frames=args.max_frames,
                                              do_sample=args.sample, seed=args.seed))

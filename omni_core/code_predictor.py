@@ -82,10 +82,11 @@ def predict_reprefill(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Te
 @torch.no_grad()
 def predict_kv(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Tensor,
                sampling: SamplingConfig = GREEDY, generator: torch.Generator | None = None,
-               on_step=None):
+               noise: torch.Tensor | None = None, on_step=None):
     """Same contract as `predict_reprefill`; `on_step(cache)` is called after each forward (tests)."""
     G = cp.num_code_groups
-    noise = cp.frame_noise(h_talker.shape[0], sampling, generator, h_talker.device)
+    if noise is None:
+        noise = cp.frame_noise(h_talker.shape[0], sampling, generator, h_talker.device)
     cache = cp.model.new_cache(h_talker.shape[0], G, like=h_talker)
     x = torch.stack([h_talker, e_cb0], dim=1)  # [B, 2, C] first, then [B, 1, C]
     codes, probs, embeds = [], [], []

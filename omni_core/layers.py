@@ -220,11 +220,26 @@ class Experts(nn.Module):
 
     def _one_token(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Decoding: one token, k experts, summed in ascending expert order (the same floats)."""
+        if torch.compiler.is_compiling():
+            return self._one_token_no_sync(x, weights, ids)
         order = sorted(zip(ids[0].tolist(), range(ids.shape[1])))
         out = None
         for e, slot in order:
             gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
             y = F.linear(F.silu(gate) * up, self.down_proj[e]) * weights[:, slot, None]
+            out = y if out is None else out + y
+        return out.to(x.dtype)
+
+    def _one_token_no_sync(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """`_one_token` without reading the ids on the host (torch.compile traces one graph through
+        it): the same experts, in the same ascending order, indexed by tensor."""
+        order = ids[0].argsort()
+        ids, weights = ids[0, order], weights[0, order]  # [k], ascending expert ids
+        gate_up, down = self.gate_up_proj[ids], self.down_proj[ids]  # the k experts' weights
+        out = None
+        for slot in range(ids.shape[0]):
+            gate, up = F.linear(x, gate_up[slot]).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, down[slot]) * weights[slot]
             out = y if out is None else out + y
         return out.to(x.dtype)
 
@@ -288,13 +303,24 @@ class DecoderStack(nn.Module):
         if cache is not None:
             assert start == cache.length, f"position {start} != cache length {cache.length}"
         cos, sin = self.rope.table(start, T, h.device, h.dtype)
+        if self.compiled_step is not None and T == 1 and cache is not None and capture_layer is None:
+            h, captured = self.compiled_step(h, cos, sin, cache), None
+        else:
+            h, captured = self.run_layers(h, cos, sin, cache, capture_layer)
+        if cache is not None:
+            cache.advance(T)
+        return h, captured
+
+    compiled_step = None  # run_layers for one new token, compiled (see compiled.py); None: eager
+
+    def run_layers(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None = None,
+                   capture_layer: int | None = None):
+        """The layers and the final norm (the cache is written, not advanced)."""
         captured = None
         for layer in self.layers:
             h = layer(h, cos, sin, cache)
             if capture_layer == layer.index + 1:
                 captured = h
-        if cache is not None:
-            cache.advance(T)
         h = self.norm(h)
         if capture_layer == len(self.layers):
             captured = h  # HF's last hidden_states entry is the normed output

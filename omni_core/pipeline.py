@@ -48,12 +48,15 @@ def resolve_dtype(dtype: str | torch.dtype, cfg: OmniConfig) -> torch.dtype:
 
 
 def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto",
-                  threads: int | None = None, time_budget_s: float | None = None) -> "Pipeline":
+                  threads: int | None = None, time_budget_s: float | None = None,
+                  compile: bool = False) -> "Pipeline":
     """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape) or a checkpoint directory.
 
     threads: CPU threads for torch's kernels (process-wide; None leaves torch's default). A server
     running N requests at once on C cores wants about C / N: oversubscribed OpenMP threads spin.
-    time_budget_s: the most one request may run before it is stopped (None: no limit)."""
+    time_budget_s: the most one request may run before it is stopped (None: no limit).
+    compile: decode with torch.compile'd steps and predictor frames (compiled.py): the same codes,
+    several times faster on small models; the first request of each kind compiles first."""
     if threads is not None:
         torch.set_num_threads(max(1, int(threads)))
     random_weights = str(source) in tiny.PRESETS
@@ -70,6 +73,8 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     load_weights(modules, path)
     pipe = Pipeline(cfg, thinker, talker, codec, tokenizer, dev, dt, str(source), random_weights)
     pipe.time_budget_s = time_budget_s
+    if compile:
+        pipe.enable_compile()
     return pipe
 
 
@@ -85,13 +90,14 @@ class Pipeline:
         self._graph_predictor = None
         self._graph_lock = threading.Lock()
         self.time_budget_s: float | None = None  # per request (see load_pipeline)
+        self.compiled = None  # CompiledPredictors once enable_compile() ran
 
     @property
     def info(self) -> dict:
         cfg = self.config
         return dict(
             source=self.source, name=Path(self.source).name or self.source, random_weights=self.random_weights,
-            device=str(self.device), dtype=str(self.dtype).replace("torch.", ""),
+            device=str(self.device), dtype=str(self.dtype).replace("torch.", ""), compiled=self.compiled is not None,
             cuda_available=torch.cuda.is_available(), speakers=list(self.speakers),
             default_speaker=self.default_speaker, sample_rate=cfg.sample_rate,
             samples_per_frame=cfg.codec.samples_per_frame,
@@ -134,6 +140,21 @@ class Pipeline:
         mask[vocab - 1024:] = True
         mask[self.config.codec_ids["codec_eos_token_id"]] = False
         return mask
+
+    def enable_compile(self) -> None:
+        """Compiled decode steps and predictor frames from now on (see compiled.py)."""
+        from .compiled import CompiledPredictors, compile_step
+        for stack in (self.thinker.model, self.talker.model):
+            compile_step(stack)
+        self.compiled = CompiledPredictors(self.talker.code_predictor)
+
+    def warm_up(self) -> None:
+        """Run one short request per decode path, so that compiling (or capturing) happens now
+        and not in a user's first request."""
+        for predictor in ("reprefill", "kv"):
+            for do_sample in (False, True):
+                self.generate(SpeechRequest("warm up", mode="chat", predictor=predictor, do_sample=do_sample,
+                                            max_frames=3, max_text_tokens=3))
 
     @property
     def graph_predictor(self):

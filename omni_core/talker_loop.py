@@ -60,10 +60,15 @@ class TalkerLoop:
         gen = self.gen_predictor["reprefill"]
         if self.use_graph:
             return self.pipe.graph_predictor.run(h, e0, self.predictor_sampling, gen)
+        if self.pipe.compiled is not None:
+            return self.pipe.compiled.run("reprefill", h, e0, self.predictor_sampling, gen)
         return predict_reprefill(self.pipe.talker.code_predictor, h, e0, self.predictor_sampling, gen)
 
     def _kv(self, h, e0):
-        return predict_kv(self.pipe.talker.code_predictor, h, e0, self.predictor_sampling, self.gen_predictor["kv"])
+        gen = self.gen_predictor["kv"]
+        if self.pipe.compiled is not None:
+            return self.pipe.compiled.run("kv", h, e0, self.predictor_sampling, gen)
+        return predict_kv(self.pipe.talker.code_predictor, h, e0, self.predictor_sampling, gen)
 
     @torch.no_grad()
     def advance(self, cb0: torch.Tensor, embeds: torch.Tensor, text_step: torch.Tensor) -> None:
