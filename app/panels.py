@@ -16,7 +16,8 @@ def header(info: dict, streaming: bool) -> str:
     """The page title, the speech path, and a plain statement of which model is loaded."""
     path = "".join(f'<span class="stage">{escape(s)}</span><span class="arrow">→</span>' for s in
                    ("text", "thinker", "talker · CB0", "code predictor · CB1–15", "Code2Wav"))
-    loaded = (f'<b>{escape(info["name"])}</b> on <b>{escape(info["device"])}</b> ({escape(info["dtype"])}) · '
+    compiled = ", torch.compile'd" if info.get("compiled") else ""
+    loaded = (f'<b>{escape(info["name"])}</b> on <b>{escape(info["device"])}</b> ({escape(info["dtype"])}{compiled}) · '
               f'{len(info["speakers"])} speakers · {info["num_code_groups"]} codebooks × {info["codebook_size"]} codes · '
               f'{info["frame_ms"]:g} ms per frame · {info["sample_rate"] // 1000} kHz')
     parts = [

@@ -7,7 +7,11 @@ those chains into a few C++ loops and, with its C++ wrapper, launches the kernel
 without Python in between. What is compiled:
 
 - a whole frame of either code predictor (the 15 steps unrolled: fixed shapes for a
-  batch size), with the sampling noise passed in, so a seed draws the codes eager draws;
+  batch size), with the sampling noise passed in, so a seed draws the codes eager draws.
+  Its weights are frozen into the graph (they are read-only after loading): inductor
+  then keeps float32 matmul weights pre-packed for MKL, which multiplies a batch of 16
+  rows ~1.7x faster than the unpacked GEMM (measured: 122 vs 71 GFLOPS on 2 cores), at
+  the cost of a packed copy of the predictor's weights per batch size;
 - the one-token step of the thinker and of the talker (`DecoderStack.compiled_step`),
   with symbolic sizes, so the growing KV cache does not recompile it.
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import torch
 import torch._dynamo
+import torch._inductor.config
 
 from .code_predictor import CodePredictor, predict_kv, predict_reprefill
 from .layers import DecoderStack
@@ -45,7 +50,8 @@ class CompiledPredictors:
         """Same contract as the eager predictor `name`; the noise is drawn here, outside the graph."""
         noise = self.cp.frame_noise(h.shape[0], sampling, generator, h.device)
         h = h.clone(memory_format=torch.contiguous_format)  # a graph is specialised to its inputs' strides
-        return self.fns[name](self.cp, h, e0, sampling, noise=noise)
+        with torch._inductor.config.patch(freezing=True):  # read when a call compiles
+            return self.fns[name](self.cp, h, e0, sampling, noise=noise)
 
 
 def compile_step(stack: DecoderStack) -> None:

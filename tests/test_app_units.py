@@ -82,3 +82,10 @@ def test_launch_settings_keep_gradio_env_vars_and_serve_only_static_and_outputs(
     assert default["max_file_size"] and default["css_paths"]
     given = launch_kwargs(parse_args(["--port", "9000", "--host", "0.0.0.0", "--model", "/ckpt"]), outputs)
     assert (given["server_port"], given["server_name"]) == (9000, "0.0.0.0")
+
+
+def test_header_says_which_model_and_whether_compiled():
+    info = omni_core.load_pipeline("tiny", device="cpu").info
+    plain = panels.header(info, streaming=True)
+    assert "tiny" in plain and "Random weights" in plain and "compile" not in plain
+    assert "torch.compile'd" in panels.header({**info, "compiled": True}, streaming=True)
