@@ -38,11 +38,21 @@ class CausalConvNet(nn.Module):
 
     def forward(self, x: torch.Tensor, state: CodecState | None = None) -> torch.Tensor:
         """x: [B, C_in, T] → [B, C_out, T]."""
+        if self.context == 0 and self.conv.groups == 1:  # kernel 1: a matmul over channels
+            return self._pointwise(x)
         if state is None:
             x = F.pad(x, (self.context, 0))
         else:  # the previous chunk's last inputs (zeros at the start) replace the padding
             x = state.prepend(self, x, self.context, zeros_first=True)
         return self.conv(x)
+
+
+    def _pointwise(self, x: torch.Tensor) -> torch.Tensor:
+        """The kernel-1 conv as [C_out, C_in] @ [B, C_in, T]: the same sums, and 3-7x faster than
+        oneDNN's convolution at the tiny codec's 4-16 channels on a CPU (measured: 34 vs 241 µs
+        for 4 channels × 15360 samples)."""
+        y = torch.matmul(self.conv.weight[:, :, 0], x)
+        return y if self.conv.bias is None else y + self.conv.bias[:, None]
 
 
 class CausalTransConvNet(nn.Module):

@@ -23,6 +23,8 @@ Dynamo compiles under its own global lock, so concurrent requests are safe.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch._dynamo
 import torch._inductor.config
@@ -44,14 +46,23 @@ class CompiledPredictors:
         self.cp = cp
         self.fns = {name: torch.compile(fn, fullgraph=True, dynamic=False, options=OPTIONS)
                     for name, fn in (("reprefill", predict_reprefill), ("kv", predict_kv))}
+        self.compiled: set[tuple] = set()  # (name, sampling, shape, dtype, device) seen
+        self.lock = threading.Lock()
 
     def run(self, name: str, h: torch.Tensor, e0: torch.Tensor, sampling: SamplingConfig,
             generator: torch.Generator | None = None):
         """Same contract as the eager predictor `name`; the noise is drawn here, outside the graph."""
         noise = self.cp.frame_noise(h.shape[0], sampling, generator, h.device)
         h = h.clone(memory_format=torch.contiguous_format)  # a graph is specialised to its inputs' strides
-        with torch._inductor.config.patch(freezing=True):  # read when a call compiles
-            return self.fns[name](self.cp, h, e0, sampling, noise=noise)
+        fn, key = self.fns[name], (name, sampling, tuple(h.shape), h.dtype, h.device)
+        if key in self.compiled:
+            return fn(self.cp, h, e0, sampling, noise=noise)
+        # The first call compiles. Freezing is process-wide config (passing it in torch.compile's
+        # options changed nothing here), so it is set only for this call, one first call at a time.
+        with self.lock, torch._inductor.config.patch(freezing=True):
+            out = fn(self.cp, h, e0, sampling, noise=noise)
+        self.compiled.add(key)
+        return out
 
 
 def compile_step(stack: DecoderStack) -> None:

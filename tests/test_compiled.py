@@ -3,10 +3,12 @@ test_pipeline.py). The first request of each kind compiles (about a minute on a 
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import numpy as np
 import pytest
+import torch
 from torch.profiler import profile
 
 from omni_core import SpeechRequest, load_pipeline
@@ -18,9 +20,12 @@ def compiled_pipeline(preset: str):
     return load_pipeline(preset, device="cpu", compile=True)
 
 
-def request(predictor: str, do_sample: bool = False, **kw) -> SpeechRequest:
+FRAMES = 70  # past the talker cache's first capacity (prompt + 64): it grows inside the compiled step
+
+
+def request(predictor: str, do_sample: bool = False, frames: int = FRAMES) -> SpeechRequest:
     return SpeechRequest("Tell me about the sea.", mode="chat", predictor=predictor, do_sample=do_sample, seed=3,
-                         max_frames=24, max_text_tokens=8, **kw)
+                         max_frames=frames, max_text_tokens=8)
 
 
 @pytest.mark.parametrize("predictor,do_sample", [("kv", False), ("reprefill", False), ("kv", True)])
@@ -30,7 +35,7 @@ def test_compiled_gives_the_eager_codes(predictor, do_sample):
     assert got.text_ids == want.text_ids
     np.testing.assert_array_equal(got.codes, want.codes)
     np.testing.assert_allclose(got.audio, want.audio, rtol=0, atol=1e-5)
-    assert got.stats.frames == 24
+    assert got.stats.frames == FRAMES
 
 
 def test_compiled_second_preset():
@@ -41,7 +46,7 @@ def test_compiled_second_preset():
 
 
 def test_compare_mode_compiled_has_no_mismatch():
-    result = compiled_pipeline("tiny").generate(request("compare"))
+    result = compiled_pipeline("tiny").generate(request("compare", frames=24))
     assert result.stats.mismatches == 0 and result.stats.frames == 24
 
 
@@ -54,7 +59,7 @@ def eager_op_calls(pipe, req, op: str) -> int:
 def test_compiled_decoding_really_runs_compiled():
     """The codes above would also match if compile silently fell back to eager; here the eager
     ops must be gone: decoding dispatches aten::rms_norm per layer per step, compiled fuses it."""
-    req = request("kv")
+    req = request("kv", frames=24)
     compiled_pipeline("tiny").generate(req)  # compiled by now
     eager = eager_op_calls(our_pipeline("tiny"), req, "aten::rms_norm")
     compiled = eager_op_calls(compiled_pipeline("tiny"), req, "aten::rms_norm")
@@ -65,3 +70,23 @@ def test_compiled_decoding_really_runs_compiled():
 def test_pipeline_info_says_compiled():
     assert compiled_pipeline("tiny").info["compiled"] is True
     assert our_pipeline("tiny").info["compiled"] is False
+
+
+def test_each_compiled_predictor_keeps_its_own_frozen_weights():
+    """Weights are frozen into the graph: a second predictor of the same shapes must get its
+    own graph, not replay the first one's weights."""
+    from omni_core.code_predictor import GREEDY, predict_kv
+    from omni_core.compiled import CompiledPredictors
+    from tests.test_code_predictor import inputs
+
+    pipe = our_pipeline("tiny")
+    first = pipe.talker.code_predictor
+    second = copy.deepcopy(first)
+    for head in second.lm_head:
+        head.weight.data = head.weight.data.flip(0)  # other codes, same shapes
+    h, e0 = inputs(pipe, batch=2)
+    got = [CompiledPredictors(cp).run("kv", h, e0, GREEDY)[0] for cp in (first, second)]
+    want = [predict_kv(cp, h, e0)[0] for cp in (first, second)]
+    assert not torch.equal(want[0], want[1])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
