@@ -119,6 +119,13 @@ class KVCache:
         self.v[layer][:, :, self.length:end] = v
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
 
+    def reserve(self, end: int) -> None:
+        """Room for `end` positions in every layer (grown here, so that a compiled step never meets
+        the growing branch of `update`: that would compile it again)."""
+        for layer in range(len(self.k)):
+            if end > self.k[layer].shape[2]:
+                self._grow(layer, end)
+
     def _grow(self, layer: int, needed: int) -> None:
         size = max(needed, 2 * self.k[layer].shape[2])
         for buf in (self.k, self.v):
@@ -304,6 +311,7 @@ class DecoderStack(nn.Module):
             assert start == cache.length, f"position {start} != cache length {cache.length}"
         cos, sin = self.rope.table(start, T, h.device, h.dtype)
         if self.compiled_step is not None and T == 1 and cache is not None and capture_layer is None:
+            cache.reserve(start + 2)  # a spare slot: a step that fills the buffer exactly compiles again
             h, captured = self.compiled_step(h, cos, sin, cache), None
         else:
             h, captured = self.run_layers(h, cos, sin, cache, capture_layer)

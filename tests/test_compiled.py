@@ -90,3 +90,14 @@ def test_each_compiled_predictor_keeps_its_own_frozen_weights():
     assert not torch.equal(want[0], want[1])
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+def test_after_warm_up_nothing_compiles_again():
+    """warm_up() compiles every path a request takes, so no user request waits for the compiler:
+    not a longer reply, not a talker cache that grows, not speak mode."""
+    pipe = load_pipeline("tiny", device="cpu", compile=True)
+    pipe.warm_up()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for mode, predictor in (("chat", "kv"), ("speak", "reprefill")):
+            pipe.generate(SpeechRequest("A longer request than the warm-up.", mode=mode, predictor=predictor,
+                                        max_frames=100, max_text_tokens=12))
