@@ -290,6 +290,8 @@ class DecoderLayer(nn.Module):
 class DecoderStack(nn.Module):
     """layers + final norm; subclasses add the embedding the checkpoint names."""
 
+    compiled_step = None  # run_layers for one new token, compiled (see compiled.py); None: eager
+
     def __init__(self, cfg: DecoderConfig):
         super().__init__()
         self.cfg = cfg
@@ -318,8 +320,6 @@ class DecoderStack(nn.Module):
         if cache is not None:
             cache.advance(T)
         return h, captured
-
-    compiled_step = None  # run_layers for one new token, compiled (see compiled.py); None: eager
 
     def run_layers(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None = None,
                    capture_layer: int | None = None):
