@@ -46,7 +46,6 @@ class CausalConvNet(nn.Module):
             x = state.prepend(self, x, self.context, zeros_first=True)
         return self.conv(x)
 
-
     def _pointwise(self, x: torch.Tensor) -> torch.Tensor:
         """The kernel-1 conv as [C_out, C_in] @ [B, C_in, T]: the same sums, and 3-7x faster than
         oneDNN's convolution at the tiny codec's 4-16 channels on a CPU (measured: 34 vs 241 µs

@@ -227,28 +227,22 @@ class Experts(nn.Module):
 
     def _one_token(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Decoding: one token, k experts, summed in ascending expert order (the same floats)."""
-        if torch.compiler.is_compiling():
-            return self._one_token_no_sync(x, weights, ids)
-        order = sorted(zip(ids[0].tolist(), range(ids.shape[1])))
         out = None
-        for e, slot in order:
-            gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
-            y = F.linear(F.silu(gate) * up, self.down_proj[e]) * weights[:, slot, None]
+        for gate_up, down, weight in self._ascending(weights, ids):
+            gate, up = F.linear(x, gate_up).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, down) * weight
             out = y if out is None else out + y
         return out.to(x.dtype)
 
-    def _one_token_no_sync(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """`_one_token` without reading the ids on the host (torch.compile traces one graph through
-        it): the same experts, in the same ascending order, indexed by tensor."""
-        order = ids[0].argsort()
-        ids, weights = ids[0, order], weights[0, order]  # [k], ascending expert ids
-        gate_up, down = self.gate_up_proj[ids], self.down_proj[ids]  # the k experts' weights
-        out = None
-        for slot in range(ids.shape[0]):
-            gate, up = F.linear(x, gate_up[slot]).chunk(2, dim=-1)
-            y = F.linear(F.silu(gate) * up, down[slot]) * weights[slot]
-            out = y if out is None else out + y
-        return out.to(x.dtype)
+    def _ascending(self, weights: torch.Tensor, ids: torch.Tensor) -> list[tuple]:
+        """(gate_up [2I, C], down [C, I], routing weight [1, 1]) of the token's k experts, by ascending id."""
+        if torch.compiler.is_compiling():  # one graph: the ids are sorted and used on the device, never read
+            order = ids[0].argsort()
+            ids, weights = ids[0, order], weights[:, order]
+            gate_up, down = self.gate_up_proj[ids], self.down_proj[ids]  # [k, ...]
+            return [(gate_up[s], down[s], weights[:, s, None]) for s in range(ids.shape[0])]
+        order = sorted(zip(ids[0].tolist(), range(ids.shape[1])))
+        return [(self.gate_up_proj[e], self.down_proj[e], weights[:, slot, None]) for e, slot in order]
 
 
 class SparseMoe(nn.Module):
