@@ -48,9 +48,11 @@ class CodePredictor(nn.Module):
         self.lm_head = nn.ModuleList(Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
                                      for _ in range(num_code_groups - 1))
 
-    def step(self, j: int, last_hidden: torch.Tensor, sampling: SamplingConfig, noise: torch.Tensor | None):
+    def step(self, j: int, last_hidden: torch.Tensor, sampling: SamplingConfig, noise: torch.Tensor | None,
+             greedy_rows: torch.Tensor | None = None):
         """last_hidden [B, C] → CB(j+1) ids [B], probs [B], embedding [B, C]."""
-        code, prob = choose(self.lm_head[j](last_hidden), sampling, noise=None if noise is None else noise[j])
+        code, prob = choose(self.lm_head[j](last_hidden), sampling, noise=None if noise is None else noise[j],
+                            greedy_rows=greedy_rows)
         return code, prob, self.model.codec_embedding[j](code)
 
     def frame_noise(self, batch: int, sampling: SamplingConfig, generator: torch.Generator | None,
@@ -65,15 +67,16 @@ class CodePredictor(nn.Module):
 @torch.no_grad()
 def predict_reprefill(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Tensor,
                       sampling: SamplingConfig = GREEDY, generator: torch.Generator | None = None,
-                      noise: torch.Tensor | None = None):
-    """h_talker, e_cb0: [B, C] → codes [B, G-1], probs [B, G-1], embeds [B, G-1, C]."""
+                      noise: torch.Tensor | None = None, greedy_rows: torch.Tensor | None = None):
+    """h_talker, e_cb0: [B, C] → codes [B, G-1], probs [B, G-1], embeds [B, G-1, C].
+    greedy_rows [B] bool: rows of a sampling batch that decode greedily (see `choose`)."""
     if noise is None:
         noise = cp.frame_noise(h_talker.shape[0], sampling, generator, h_talker.device)
     seq = torch.stack([h_talker, e_cb0], dim=1)  # [B, 2, C]
     codes, probs, embeds = [], [], []
     for j in range(cp.num_code_groups - 1):
-        hidden, _ = cp.model(seq)  # the whole sequence, no cache
-        code, prob, emb = cp.step(j, hidden[:, -1], sampling, noise)
+        hidden = cp.model(seq)  # the whole sequence, no cache
+        code, prob, emb = cp.step(j, hidden[:, -1], sampling, noise, greedy_rows)
         codes.append(code), probs.append(prob), embeds.append(emb)
         seq = torch.cat([seq, emb[:, None]], dim=1)  # [B, j+3, C]
     return torch.stack(codes, 1), torch.stack(probs, 1), torch.stack(embeds, 1)
@@ -82,7 +85,7 @@ def predict_reprefill(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Te
 @torch.no_grad()
 def predict_kv(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Tensor,
                sampling: SamplingConfig = GREEDY, generator: torch.Generator | None = None,
-               noise: torch.Tensor | None = None, on_step=None):
+               noise: torch.Tensor | None = None, greedy_rows: torch.Tensor | None = None, on_step=None):
     """Same contract as `predict_reprefill`; `on_step(cache)` is called after each forward (tests)."""
     G = cp.num_code_groups
     if noise is None:
@@ -91,10 +94,10 @@ def predict_kv(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Tensor,
     x = torch.stack([h_talker, e_cb0], dim=1)  # [B, 2, C] first, then [B, 1, C]
     codes, probs, embeds = [], [], []
     for j in range(G - 1):
-        hidden, _ = cp.model(x, cache, start=cache.length)
+        hidden = cp.model(x, cache, start=cache.length)
         if on_step is not None:
             on_step(cache)
-        code, prob, emb = cp.step(j, hidden[:, -1], sampling, noise)
+        code, prob, emb = cp.step(j, hidden[:, -1], sampling, noise, greedy_rows)
         codes.append(code), probs.append(prob), embeds.append(emb)
         x = emb[:, None]  # only the new position
     return torch.stack(codes, 1), torch.stack(probs, 1), torch.stack(embeds, 1)

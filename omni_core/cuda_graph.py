@@ -8,8 +8,8 @@ Static buffers are sized for the largest bucket; a call copies its rows into
 the outputs (rows are independent, so the unused rows do not matter). Batches
 larger than the largest bucket run eagerly: eager is the reference, the graph an
 optimisation of it. Sampling reads Exp(1) noise from a static buffer, drawn by
-the caller's seeded generator before each replay, so a seed gives the codes the
-eager predictor gives. One lock guards the shared static buffers: each call
+each row's seeded generator before each replay, so a seed gives the codes the
+eager predictor gives; greedy rows are marked in a static mask (`choose`). One lock guards the shared static buffers: each call
 overwrites every input it uses, so nothing passes from one request to another.
 """
 
@@ -19,8 +19,7 @@ import threading
 
 import torch
 
-from .code_predictor import CodePredictor, predict_reprefill
-from .sampling import SamplingConfig
+from .code_predictor import PREDICTOR_SAMPLING, CodePredictor, predict_reprefill
 
 BUCKETS = (1, 2, 4, 8, 16, 32)
 
@@ -34,7 +33,8 @@ class GraphPredictor:
         self.h = torch.zeros(B, C, dtype=dt, device=dev)  # static inputs
         self.e0 = torch.zeros(B, C, dtype=dt, device=dev)
         self.noise = torch.ones(G - 1, B, V, dtype=torch.float32, device=dev)
-        self.graphs: dict[tuple[int, SamplingConfig], tuple[torch.cuda.CUDAGraph, tuple]] = {}
+        self.greedy_rows = torch.ones(B, dtype=torch.bool, device=dev)
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple]] = {}
         self.pool = None
         self.lock = threading.Lock()
 
@@ -42,36 +42,35 @@ class GraphPredictor:
         return next((b for b in self.buckets if b >= batch), None)
 
     @torch.no_grad()
-    def run(self, h: torch.Tensor, e0: torch.Tensor, sampling: SamplingConfig,
-            generator: torch.Generator | None = None):
-        """Same contract as `predict_reprefill`."""
+    def run(self, h: torch.Tensor, e0: torch.Tensor, noise: torch.Tensor, greedy_rows: torch.Tensor):
+        """`predict_reprefill` with PREDICTOR_SAMPLING, `noise` [G-1, B, V] and `greedy_rows` [B]
+        (one graph per bucket serves greedy and sampled rows together)."""
         B = h.shape[0]
         size = self.bucket(B)
-        noise = self.cp.frame_noise(B, sampling, generator, h.device)
         if size is None:  # larger than every bucket: eager
-            return predict_reprefill(self.cp, h, e0, sampling, noise=noise)
+            return predict_reprefill(self.cp, h, e0, PREDICTOR_SAMPLING, noise=noise, greedy_rows=greedy_rows)
         with self.lock:
-            graph, out = self.graphs.get((size, sampling)) or self._capture(size, sampling)
+            graph, out = self.graphs.get(size) or self._capture(size)
             self.h[:B].copy_(h)
             self.e0[:B].copy_(e0)
-            if noise is not None:
-                self.noise[:, :B].copy_(noise)
+            self.noise[:, :B].copy_(noise)
+            self.greedy_rows[:B].copy_(greedy_rows)
             graph.replay()
             return tuple(t[:B].clone() for t in out)
 
-    def _capture(self, size: int, sampling: SamplingConfig):
+    def _capture(self, size: int):
         """Warm up on a side stream, then capture into the shared memory pool."""
-        args = (self.cp, self.h[:size], self.e0[:size], sampling)
-        noise = self.noise[:, :size] if sampling.do_sample else None
+        args = (self.cp, self.h[:size], self.e0[:size], PREDICTOR_SAMPLING)
+        kwargs = dict(noise=self.noise[:, :size], greedy_rows=self.greedy_rows[:size])
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):
-                predict_reprefill(*args, noise=noise)
+                predict_reprefill(*args, **kwargs)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            out = predict_reprefill(*args, noise=noise)
+            out = predict_reprefill(*args, **kwargs)
         self.pool = graph.pool()
-        self.graphs[(size, sampling)] = (graph, out)
+        self.graphs[size] = (graph, out)
         return graph, out

@@ -23,6 +23,7 @@ class Frame:
     predictor_ms: float
     mismatch: np.ndarray | None = None  # compare mode: bool [16], where the KV predictor disagreed
     other_codes: np.ndarray | None = None  # compare mode: the KV predictor's codes
+    batch: int = 1  # requests that shared the engine step that made this frame
 
 
 @dataclass
@@ -50,7 +51,9 @@ class Stats:
     predictor: str = "reprefill"
     cuda_graph: bool = False
     mismatches: int | None = None  # compare mode: codes where the two predictors differ
-    stopped: str = "max_frames"  # "eos" | "max_frames" | "cancelled"
+    batch_max: int = 0  # the most requests that shared an engine step with this one's frames
+    batch_mean: float | None = None  # requests per step, averaged over this request's frames
+    stopped: str = "max_frames"  # "eos" | "max_frames" | "cancelled" | "time_budget"
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:

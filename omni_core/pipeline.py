@@ -1,13 +1,13 @@
 """`load_pipeline` and `Pipeline`: the public face of the engine.
 
-A Pipeline holds the weights and the tokenizer, read-only after loading; every
-request gets its own `SpeechRun` with its own caches and random generators.
+A Pipeline holds the weights and the tokenizer, read-only after loading, and one
+`Engine` (engine/scheduler.py) whose thread runs every request: each step advances
+all running requests together, and each request keeps its own caches and generators.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +17,9 @@ from . import tiny
 from .checkpoint import load_tokenizer, load_weights, materialize, read_config
 from .codec import Code2Wav
 from .config import CheckpointError, OmniConfig
+from .engine import Engine, Parts, Predictors, Sequence, Stream
 from .events import Done, Result
 from .request import RequestError, SpeechRequest
-from .run import SpeechRun
 from .talker import Talker
 from .thinker import Thinker
 
@@ -49,14 +49,15 @@ def resolve_dtype(dtype: str | torch.dtype, cfg: OmniConfig) -> torch.dtype:
 
 def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto",
                   threads: int | None = None, time_budget_s: float | None = None,
-                  compile: bool = False) -> "Pipeline":
+                  compile: bool = False, max_batch: int = 16) -> "Pipeline":
     """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape) or a checkpoint directory.
 
-    threads: CPU threads for torch's kernels (process-wide; None leaves torch's default). A server
-    running N requests at once on C cores wants about C / N: oversubscribed OpenMP threads spin.
+    threads: CPU threads for torch's kernels (process-wide; None leaves torch's default). The engine
+    runs every request in its one thread, so it can have all the cores.
     time_budget_s: the most one request may run before it is stopped (None: no limit).
     compile: decode with torch.compile'd steps and predictor frames (compiled.py): the same codes,
-    several times faster on small models; the first request of each kind compiles first."""
+    several times faster on small models; the first request of each kind compiles first.
+    max_batch: the most requests the engine advances together; more wait their turn."""
     if threads is not None:
         torch.set_num_threads(max(1, int(threads)))
     random_weights = str(source) in tiny.PRESETS
@@ -71,7 +72,7 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     for m in modules.values():
         materialize(m, dev, dt).eval().requires_grad_(False)
     load_weights(modules, path)
-    pipe = Pipeline(cfg, thinker, talker, codec, tokenizer, dev, dt, str(source), random_weights)
+    pipe = Pipeline(cfg, thinker, talker, codec, tokenizer, dev, dt, str(source), random_weights, max_batch)
     pipe.time_budget_s = time_budget_s
     if compile:
         pipe.enable_compile()
@@ -80,42 +81,59 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
 
 class Pipeline:
     def __init__(self, config: OmniConfig, thinker: Thinker, talker: Talker, codec: Code2Wav, tokenizer,
-                 device: torch.device, dtype: torch.dtype, source: str, random_weights: bool):
+                 device: torch.device, dtype: torch.dtype, source: str, random_weights: bool,
+                 max_batch: int = 16):
         self.config, self.thinker, self.talker, self.codec = config, thinker, talker, codec
         self.tokenizer, self.device, self.dtype = tokenizer, device, dtype
         self.source, self.random_weights = source, random_weights
         self.speakers = sorted(config.speakers)
         self.default_speaker = "ethan" if "ethan" in config.speakers else self.speakers[0]
-        self.suppress_mask = self._suppress_mask()
-        self._graph_predictor = None
-        self._graph_lock = threading.Lock()
-        self.time_budget_s: float | None = None  # per request (see load_pipeline)
-        self.compiled = None  # CompiledPredictors once enable_compile() ran
+        self.parts = Parts(config, thinker, talker, codec, tokenizer, device, dtype,
+                           Predictors(talker.code_predictor, device), self._suppress_mask(), self.default_speaker)
+        self.engine = Engine(self.parts, max_batch)
 
     @property
     def info(self) -> dict:
         cfg = self.config
         return dict(
             source=self.source, name=Path(self.source).name or self.source, random_weights=self.random_weights,
-            device=str(self.device), dtype=str(self.dtype).replace("torch.", ""), compiled=self.compiled is not None,
+            device=str(self.device), dtype=str(self.dtype).replace("torch.", ""), compiled=self.compiled,
             cuda_available=torch.cuda.is_available(), speakers=list(self.speakers),
             default_speaker=self.default_speaker, sample_rate=cfg.sample_rate,
             samples_per_frame=cfg.codec.samples_per_frame,
             frame_ms=1000 * cfg.codec.samples_per_frame / cfg.sample_rate,
             codebook_size=cfg.codec.codebook_size, num_code_groups=cfg.num_code_groups,
+            max_batch=self.engine.max_batch,
         )
+
+    @property
+    def time_budget_s(self) -> float | None:
+        """The most one request may run, from when the engine takes it in (None: no limit)."""
+        return self.engine.time_budget_s
+
+    @time_budget_s.setter
+    def time_budget_s(self, seconds: float | None) -> None:
+        self.engine.time_budget_s = seconds
+
+    @property
+    def compiled(self) -> bool:
+        return self.parts.predictors.compiled is not None
 
     # ---- requests ---------------------------------------------------------------------------
 
-    def stream(self, request: SpeechRequest, cancel=None, *, overlap: bool = True) -> Iterator:
-        """Yield TextDelta / Frame / AudioChunk events, then Done. Raises RequestError at once on bad input."""
+    def stream(self, request: SpeechRequest, cancel=None, *, overlap: bool = True) -> Stream:
+        """TextDelta / Frame / AudioChunk events, then Done, from the engine that runs this request
+        beside the others. Raises RequestError at once on bad input; `cancel` (an Event) or
+        `Stream.close()` stops the request at the next step. overlap=False: the thinker writes
+        its whole reply before the talker starts (the same codes; a check of the overlap)."""
         clean, warnings = self.check(request)
-        return SpeechRun(self, clean, warnings, cancel, overlap).events()
+        return Stream(self.engine, Sequence(self.parts, clean, warnings, cancel, overlap))
 
     def generate(self, request: SpeechRequest, **kwargs) -> Result:
-        for event in self.stream(request, **kwargs):
-            if isinstance(event, Done):
-                return event.result
+        with self.stream(request, **kwargs) as events:
+            for event in events:
+                if isinstance(event, Done):
+                    return event.result
         raise RuntimeError("the stream ended without a result")
 
     def check(self, request: SpeechRequest) -> tuple[SpeechRequest, list[str]]:
@@ -123,15 +141,11 @@ class Pipeline:
             raise RequestError("pass a SpeechRequest")
         return request.checked(self.speakers)
 
-    # ---- pieces the run uses ----------------------------------------------------------------
-
     def chat_prompt(self, text: str) -> list[int]:
-        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                 add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        return self.parts.chat_prompt(text)
 
     def speaker_id(self, speaker: str | None) -> int:
-        return self.config.speakers[speaker or self.default_speaker]
+        return self.parts.speaker_id(speaker)
 
     def _suppress_mask(self) -> torch.Tensor:
         """HF suppresses the talker's last 1024 ids (special codec ids) except codec EOS."""
@@ -142,11 +156,13 @@ class Pipeline:
         return mask
 
     def enable_compile(self) -> None:
-        """Compiled decode steps and predictor frames from now on (see compiled.py)."""
-        from .compiled import CompiledPredictors, compile_step
+        """Compiled decode steps and predictor frames from now on, this pipeline's own (compiled.py)."""
+        from .compiled import compile_step
         for stack in (self.thinker.model, self.talker.model):
             compile_step(stack)
-        self.compiled = CompiledPredictors(self.talker.code_predictor)
+        self.parts = replace(self.parts, predictors=Predictors(self.talker.code_predictor, self.device,
+                                                                compiled=True))
+        self.engine.parts = self.parts
 
     def warm_up(self) -> None:
         """Run one short request per decode path, so that compiling (or capturing) happens now
@@ -156,20 +172,11 @@ class Pipeline:
                 self.generate(SpeechRequest("warm up", mode="chat", predictor=predictor, do_sample=do_sample,
                                             max_frames=3, max_text_tokens=3))
 
-    @property
-    def graph_predictor(self):
-        """The CUDA-graph predictor, built on first use (one per pipeline; it locks its buffers)."""
-        with self._graph_lock:
-            if self._graph_predictor is None:
-                from .cuda_graph import GraphPredictor
-                self._graph_predictor = GraphPredictor(self.talker.code_predictor)
-        return self._graph_predictor
-
     # ---- codes → audio ----------------------------------------------------------------------
 
-    @torch.no_grad()
     def decode(self, codes, num_codebooks: int = 16) -> np.ndarray:
-        """codes [T, 16] → float32 audio at 24 kHz, from the first `num_codebooks` codebooks."""
+        """codes [T, 16] → float32 audio at 24 kHz, from the first `num_codebooks` codebooks
+        (in the engine's thread, between its steps)."""
         codes = np.asarray(codes)
         G = self.config.num_code_groups
         if codes.ndim != 2 or codes.shape[1] != G:
@@ -178,6 +185,9 @@ class Pipeline:
             raise RequestError(f"num_codebooks must be between 1 and {G}, got {num_codebooks}")
         if len(codes) == 0:
             return np.zeros(0, np.float32)
+        return self.engine.call(self._decode, codes, int(num_codebooks))
+
+    @torch.no_grad()
+    def _decode(self, codes: np.ndarray, num_codebooks: int) -> np.ndarray:
         x = torch.as_tensor(codes, dtype=torch.long, device=self.device).T[None]  # [1, 16, T]
-        wav = self.codec(x, num_codebooks=int(num_codebooks))
-        return wav[0, 0].float().cpu().numpy()
+        return self.codec(x, num_codebooks=num_codebooks)[0, 0].float().cpu().numpy()

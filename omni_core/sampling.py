@@ -63,16 +63,23 @@ def draw_noise(shape: tuple[int, ...], generator: torch.Generator | None, device
 
 
 def choose(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None = None,
-           noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           noise: torch.Tensor | None = None, greedy_rows: torch.Tensor | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor]:
     """logits: [B, V] (already penalised/suppressed) → ids [B] int64, probability of each id [B] float32.
-    Sampling reads `noise` [B, V] when given, else draws it from `generator`."""
+    Sampling reads `noise` [B, V] when given, else draws it from `generator`. `greedy_rows` [B] bool
+    (sampling only) marks rows of a mixed batch that decode greedily: they get exactly what a greedy
+    call gives them, so one call serves requests with different settings."""
     logits = logits.float()
-    if cfg.do_sample:
-        probs = warp(logits, cfg).softmax(dim=-1)
-        if noise is None:
-            noise = draw_noise(probs.shape, generator, probs.device)
-        ids = (probs / noise).argmax(dim=-1)
-    else:
-        probs = logits.softmax(dim=-1)
+    if not cfg.do_sample:
         ids = logits.argmax(dim=-1)
-    return ids, probs.gather(1, ids[:, None])[:, 0]
+        return ids, logits.softmax(dim=-1).gather(1, ids[:, None])[:, 0]
+    probs = warp(logits, cfg).softmax(dim=-1)
+    if noise is None:
+        noise = draw_noise(probs.shape, generator, probs.device)
+    ids = (probs / noise).argmax(dim=-1)
+    prob = probs.gather(1, ids[:, None])[:, 0]
+    if greedy_rows is not None:
+        greedy_ids = logits.argmax(dim=-1)
+        greedy_prob = logits.softmax(dim=-1).gather(1, greedy_ids[:, None])[:, 0]
+        ids, prob = torch.where(greedy_rows, greedy_ids, ids), torch.where(greedy_rows, greedy_prob, prob)
+    return ids, prob

@@ -12,13 +12,11 @@ Text steps (`trailing_text_hidden`): step k reads r(k+1)', then tts_eos once, th
 tts_pad forever. As in HF, the reply's last token (the EOS, or the token where
 `max_new_tokens` cut it) is never fed back to the thinker, so it is never spoken:
 a reply r0..r(G-1) gives text steps r1'..r(G-2)', tts_eos (and with G = 1 the
-prompt has no r0' slot at all). Steps are pulled lazily, so the talker can start
-as soon as the thinker has written its first two tokens (overlap).
+prompt has no r0' slot at all). The thinker pushes its tokens as it writes them,
+so the talker can start as soon as it has written two (overlap).
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import torch
 
@@ -84,14 +82,24 @@ class TalkerPromptBuilder:
 
 
 class TextSteps:
-    """trailing_text_hidden, pulled one entry per talker step from the thinker's reply."""
+    """trailing_text_hidden, one entry per talker step, from the reply as the thinker writes it
+    (`add` each token, `finish` when the reply is over)."""
 
-    def __init__(self, builder: TalkerPromptBuilder, reply: Iterator[int]):
-        self.builder, self.reply = builder, reply
-        self.ids: list[int] = []  # the reply so far
-        self.done = False
-        while len(self.ids) < 2 and self.pull():  # the prompt needs to know whether r0 is the last token
-            pass
+    def __init__(self, builder: TalkerPromptBuilder, reply: list[int] = (), done: bool = False):
+        self.builder = builder
+        self.ids: list[int] = list(reply)  # the reply so far
+        self.done = done
+
+    def add(self, token: int) -> None:
+        self.ids.append(token)
+
+    def finish(self) -> None:
+        self.done = True
+
+    @property
+    def can_prompt(self) -> bool:
+        """The prompt needs to know whether r0 is the reply's last token."""
+        return self.done or len(self.ids) >= 2
 
     @property
     def first_spoken(self) -> int | None:
@@ -103,20 +111,13 @@ class TextSteps:
         """The reply ids the talker reads (or will read) so far: never the newest, which may be the last."""
         return self.ids[:-1]
 
-    def pull(self) -> bool:
-        """Read one more reply token; False when the reply is over."""
-        if not self.done:
-            nxt = next(self.reply, None)
-            if nxt is None:
-                self.done = True
-            else:
-                self.ids.append(nxt)
-        return not self.done
+    def ready(self, k: int) -> bool:
+        """Whether step k is known: r(k+1) and whether it is the last token."""
+        return self.done or k + 2 < len(self.ids)
 
     def __getitem__(self, k: int) -> torch.Tensor:
         """[1, 1, C] for talker decode step k: r(k+1)' if r(k+1) is not the reply's last token."""
-        while len(self.ids) <= k + 2 and self.pull():
-            pass
+        assert self.ready(k), f"text step {k} is not known yet ({len(self.ids)} reply tokens)"
         if k + 2 < len(self.ids):
             return self.builder.project(torch.tensor([[self.ids[k + 1]]], device=self.builder.device))
         return self.builder.tts_eos if k == max(len(self.ids) - 2, 0) else self.builder.tts_pad

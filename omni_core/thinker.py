@@ -1,19 +1,16 @@
 """The thinker: Qwen3-Omni's MoE LLM, text in, text out (seed M08).
 
-Prefill once, then one token per step against a KV cache; the position of a new
-token always equals the cache length.
+Prefill once (`forward`), then one token per step against a KV cache (`decode_rows`,
+batched across requests by the engine); a new token's position is its cache length.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import torch
 from torch import nn
 
 from .config import DecoderConfig
 from .layers import DecoderStack, KVCache, Linear
-from .sampling import SamplingConfig, choose
 
 
 class ThinkerModel(DecoderStack):
@@ -37,20 +34,9 @@ class Thinker(nn.Module):
     def forward(self, ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """ids [B, T] at positions cache.length.. → logits [B, T, V]."""
         start = cache.length if cache is not None else 0
-        hidden, _ = self.model(self.embed(ids), cache, start)
-        return self.lm_head(hidden)
+        return self.lm_head(self.model(self.embed(ids), cache, start))
 
     @torch.no_grad()
-    def generate(self, prompt_ids: torch.Tensor, max_new_tokens: int, eos_id: int,
-                 sampling: SamplingConfig = SamplingConfig(), generator: torch.Generator | None = None
-                 ) -> Iterator[int]:
-        """Yield up to `max_new_tokens` ids (the EOS included, then stop). prompt_ids: [1, T]."""
-        cache = self.model.new_cache(1, prompt_ids.shape[1] + max_new_tokens, like=self.lm_head.weight)
-        logits = self(prompt_ids, cache)[:, -1]  # prefill gives the first token
-        for n in range(max_new_tokens):
-            token, _ = choose(logits, sampling, generator)
-            token_id = int(token)
-            yield token_id
-            if token_id == eos_id or n + 1 == max_new_tokens:
-                return
-            logits = self(token[:, None], cache)[:, -1]
+    def decode_rows(self, ids: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
+        """One token for each of B replies, each with its own cache: ids [B] → logits [B, V]."""
+        return self.lm_head(self.model.decode_rows(self.embed(ids)[:, None], caches))[:, 0]

@@ -68,7 +68,7 @@ def test_speak_mode_prompt_equals_hf(hf, pipe):
     text = "Say exactly this."
     prompt, reply, want, _ = hf_talker_inputs(hf, pipe, text, 4)
     builder = TalkerPromptBuilder(pipe.config, pipe.thinker, pipe.talker)
-    steps = TextSteps(builder, iter(reply))
+    steps = TextSteps(builder, reply, done=True)
     got = builder.prompt(prompt, steps.first_spoken, pipe.speaker_id("ethan"))
     torch.testing.assert_close(got, want["inputs_embeds"], atol=1e-5, rtol=1e-5)
     trailing = want["trailing_text_hidden"]

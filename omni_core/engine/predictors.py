@@ -1,0 +1,56 @@
+"""The code predictor's fast path, chosen once per pipeline, called once per step for all rows.
+
+`Predictors.run(kind, rows)` predicts CB1..CB15 for every row of a batch in one call:
+"reprefill" replays a CUDA graph on CUDA (unless a request opts out), runs the compiled
+frame with `compile=True`, else eager; "kv" is compiled or eager. Rows may mix greedy
+and sampled requests: each sampled row's noise comes from its own generator, greedy rows
+take the argmax (`choose(greedy_rows=...)`), so a row gets what it gets alone.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..code_predictor import GREEDY, PREDICTOR_SAMPLING, CodePredictor, predict_kv, predict_reprefill
+
+EAGER = {"reprefill": predict_reprefill, "kv": predict_kv}
+
+
+class Predictors:
+    def __init__(self, cp: CodePredictor, device: torch.device, compiled: bool = False):
+        self.cp, self.device = cp, device
+        self.compiled = None
+        if compiled:
+            from ..compiled import CompiledPredictors
+            self.compiled = CompiledPredictors(cp)
+        self._graph = None
+        self.calls = 0  # predictor calls made (tests: one per kind per step, whatever the batch)
+
+    @property
+    def graph(self):
+        """The CUDA-graph predictor, built on first use (it allocates static buffers)."""
+        if self._graph is None:
+            from ..cuda_graph import GraphPredictor
+            self._graph = GraphPredictor(self.cp)
+        return self._graph
+
+    def uses_graph(self, kind: str, cuda_graph: bool | None) -> bool:
+        return kind == "reprefill" and self.device.type == "cuda" and cuda_graph is not False
+
+    def run(self, kind: str, h: torch.Tensor, e0: torch.Tensor, generators: list[torch.Generator | None],
+            use_graph: bool = False):
+        """h, e0 [B, C]; generators[b] is row b's (None: greedy) → codes [B, 15], probs [B, 15], embeds [B, 15, C]."""
+        self.calls += 1
+        sample = [g is not None for g in generators]
+        if not any(sample) and self.compiled is None and not use_graph:
+            return EAGER[kind](self.cp, h, e0, GREEDY)
+        noise = torch.cat([self.cp.frame_noise(1, PREDICTOR_SAMPLING, g, self.device) if g is not None
+                           else torch.ones(self.cp.num_code_groups - 1, 1, self.cp.lm_head[0].weight.shape[0],
+                                           device=self.device) for g in generators], dim=1)  # [G-1, B, V]
+        greedy_rows = torch.tensor([not s for s in sample], device=self.device)
+        if use_graph:
+            return self.graph.run(h, e0, noise, greedy_rows)
+        if self.compiled is not None:
+            return self.compiled.run(kind, h, e0, noise, greedy_rows)
+        return EAGER[kind](self.cp, h, e0, PREDICTOR_SAMPLING, noise=noise,
+                           greedy_rows=greedy_rows if not all(sample) else None)

@@ -1,0 +1,272 @@
+"""The batched engine: every request equals its solo run, whatever runs beside it; stop,
+close, budgets and failures touch only their own request; one predictor call per step."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import resource
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from omni_core import Done, Frame, SpeechRequest
+from omni_core.engine import Sequence, Stream
+
+from .conftest import our_pipeline
+
+MIX = [  # different modes, predictors, sampling settings and lengths
+    SpeechRequest("First voice.", seed=1, do_sample=True, max_frames=10),
+    SpeechRequest("Second voice, greedy.", predictor="kv", max_frames=14),
+    SpeechRequest("Third voice.", seed=2, do_sample=True, predictor="kv", top_k=20, temperature=0.7, max_frames=8),
+    SpeechRequest("Fourth one chats.", mode="chat", max_frames=9, max_text_tokens=6),
+    SpeechRequest("Fifth compares.", predictor="compare", speaker="chelsie", max_frames=11),
+    SpeechRequest("Sixth chats and samples.", mode="chat", do_sample=True, seed=5, top_p=0.8, max_frames=12,
+                  max_text_tokens=5),
+    SpeechRequest("Seventh, a longer greedy one.", max_frames=20, repetition_penalty=1.2),
+    SpeechRequest("Eighth compares, sampled.", predictor="compare", do_sample=True, seed=9, max_frames=7),
+]
+
+
+@contextlib.contextmanager
+def paused(engine):
+    """Hold the engine between two steps (it runs a call that waits), so that requests
+    submitted meanwhile are all taken in at the same step."""
+    entered, release = threading.Event(), threading.Event()
+    holder = threading.Thread(target=engine.call, args=(lambda: (entered.set(), release.wait()),))
+    holder.start()
+    entered.wait()
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join()
+
+
+def collect(stream: Stream):
+    for event in stream:
+        if isinstance(event, Done):
+            return event.result
+    raise AssertionError("no Done event")
+
+
+def assert_same(got, want):
+    np.testing.assert_array_equal(got.codes, want.codes)
+    assert got.text_ids == want.text_ids
+    np.testing.assert_allclose(got.audio, want.audio, rtol=0, atol=1e-6)
+
+
+def staggered(pipe, requests, after_frames: int = 3):
+    """Run the requests at once, each started when the one before it has made `after_frames`
+    frames (so that some join while others are mid-utterance); results in request order."""
+    results = [None] * len(requests)
+    started = [threading.Event() for _ in requests] + [threading.Event()]
+    started[0].set()
+
+    def run(i):
+        started[i].wait()
+        frames = 0
+        for event in pipe.stream(requests[i]):
+            if isinstance(event, Frame):
+                frames += 1
+                if frames == after_frames:
+                    started[i + 1].set()
+            if isinstance(event, Done):
+                started[i + 1].set()
+                results[i] = event.result
+                return
+
+    with ThreadPoolExecutor(len(requests)) as pool:
+        list(pool.map(run, range(len(requests))))
+    return results
+
+
+@pytest.mark.parametrize("count", [1, 3, 8])
+def test_concurrent_requests_equal_their_solo_runs(count):
+    pipe = our_pipeline("tiny")
+    requests = MIX[:count]
+    solo = [pipe.generate(r) for r in requests]
+    together = staggered(pipe, requests)
+    for got, want in zip(together, solo):
+        assert_same(got, want)
+    if count > 1:
+        assert max(r.stats.batch_max for r in together) >= 2, "the requests never shared a step"
+
+
+def test_requests_taken_in_together_equal_their_solo_runs():
+    pipe = our_pipeline("tiny-b")
+    solo = [pipe.generate(r) for r in MIX]
+    streams = [pipe.stream(r) for r in MIX]
+    with paused(pipe.engine):
+        for s in streams:
+            pipe.engine.submit(s.seq)
+            s.submitted = True
+    for stream, want in zip(streams, solo):
+        result = collect(stream)
+        assert_same(result, want)
+        assert result.stats.batch_max == len(MIX)
+
+
+def test_one_predictor_call_per_step_for_all_rows():
+    pipe = our_pipeline("tiny")
+    preds, batches = pipe.parts.predictors, []
+    original = preds.run
+
+    def recording(kind, h, *args, **kwargs):
+        batches.append((kind, h.shape[0]))
+        return original(kind, h, *args, **kwargs)
+
+    preds.run = recording
+    try:
+        requests = [SpeechRequest(f"Row {i}.", max_frames=6, do_sample=i % 2 == 1, seed=i) for i in range(4)]
+        streams = [pipe.stream(r) for r in requests]
+        with paused(pipe.engine):
+            for s in streams:
+                pipe.engine.submit(s.seq)
+                s.submitted = True
+        results = [collect(s) for s in streams]
+    finally:
+        del preds.run
+    assert all(r.stats.frames == 6 for r in results)
+    assert batches == [("reprefill", 4)] * 6  # one call per step with every row, never a loop over rows
+
+
+def test_a_cancelled_request_stops_within_a_step_and_the_others_finish():
+    pipe = our_pipeline("tiny")
+    others = [SpeechRequest("Keep going.", max_frames=30), SpeechRequest("Me too.", predictor="kv", max_frames=25)]
+    solo = [pipe.generate(r) for r in others]
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(pipe.generate, r) for r in others]
+        cancel = threading.Event()
+        stream = pipe.stream(SpeechRequest("Stop me soon.", max_frames=200), cancel=cancel)
+        seen = 0
+        for event in stream:
+            if isinstance(event, Frame):
+                seen += 1
+                if seen == 3:
+                    made = stream.frames_made
+                    cancel.set()
+            if isinstance(event, Done):
+                stopped = event.result
+        for future, want in zip(futures, solo):
+            assert_same(future.result(), want)
+    assert stopped.stats.stopped == "cancelled"
+    assert 3 <= stopped.stats.frames <= made + 1  # at most the step that was running when Stop came
+
+
+def test_closing_the_stream_stops_the_request_and_releases_it():
+    pipe = our_pipeline("tiny")
+    stream = pipe.stream(SpeechRequest("A client that disconnects.", max_frames=200))
+    for event in stream:
+        if isinstance(event, Frame):
+            break
+    made = stream.frames_made
+    stream.close()  # what a server does when the browser goes away
+    assert stream.seq.cancel.is_set()
+    deadline = time.monotonic() + 10
+    while not stream.released and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert stream.released and stream.seq.talker_cache is None and stream.seq.codec is None
+    assert stream.frames_made <= made + 1  # no frame after the step that was running
+    assert stream.seq.stats.stopped == "cancelled"
+    assert pipe.engine.active == 0
+
+
+def test_time_budget_stops_a_long_request():
+    pipe = our_pipeline("tiny")
+    pipe.time_budget_s = 1e-6
+    try:
+        result = pipe.generate(SpeechRequest("Budgeted.", max_frames=100))
+    finally:
+        pipe.time_budget_s = None
+    assert result.stats.stopped == "time_budget" and result.stats.frames < 100
+    assert any("time budget" in w for w in result.stats.warnings)
+
+
+class FailingCodec(Sequence):
+    """A request whose own codec push raises (e.g. a fault in its stream state)."""
+
+    def decode_pending(self):
+        if self.pending:
+            raise RuntimeError("codec push failed for this request")
+
+
+def test_a_failing_request_fails_alone():
+    pipe = our_pipeline("tiny")
+    good = [SpeechRequest("I am fine.", max_frames=12), SpeechRequest("Me too.", mode="chat", max_frames=10)]
+    solo = [pipe.generate(r) for r in good]
+    clean, warnings = pipe.check(SpeechRequest("I will fail.", max_frames=12))
+    failing = Stream(pipe.engine, FailingCodec(pipe.parts, clean, warnings))
+    unknown = Stream(pipe.engine, Sequence(pipe.parts, SpeechRequest("Who?", speaker="nobody"), []))  # unchecked
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(pipe.generate, r) for r in good]
+        with pytest.raises(RuntimeError, match="codec push failed"):
+            collect(failing)
+        with pytest.raises(KeyError, match="nobody"):
+            collect(unknown)
+        for future, want in zip(futures, solo):
+            assert_same(future.result(), want)
+    assert pipe.generate(good[0]).codes.shape == solo[0].codes.shape  # the engine still serves
+
+
+def test_stage_times_add_up_and_land_in_their_own_stage():
+    pipe = our_pipeline("tiny")
+    for mode in ("speak", "chat"):
+        s = pipe.generate(SpeechRequest("Count my time.", mode=mode, max_frames=12, max_text_tokens=6)).stats
+        assert s.thinker_s + s.talker_s + s.predictor_s + s.codec_s <= s.total_s
+        assert min(s.talker_s, s.predictor_s, s.codec_s) > 0
+    codec, slow = pipe.codec, 0.2  # per push: far more than the other stages take
+    original = codec.forward
+
+    def slowed(*args, **kwargs):
+        time.sleep(slow)
+        return original(*args, **kwargs)
+
+    codec.forward = slowed
+    try:
+        s = pipe.generate(SpeechRequest("Count my time.", max_frames=12)).stats
+    finally:
+        del codec.forward
+    pushes = 4  # chunks of 1, 2, 4, then the last 5 frames
+    assert s.codec_s >= pushes * slow
+    assert s.talker_s + s.predictor_s + s.thinker_s < pushes * slow  # the sleep is nowhere else
+
+
+def test_speak_mode_never_runs_the_thinker_forward():
+    pipe = our_pipeline("tiny")
+    calls = []
+    hook = pipe.thinker.model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        result = pipe.generate(SpeechRequest("No thinking needed.", max_frames=8))
+    finally:
+        hook.remove()
+    assert result.stats.frames == 8 and calls == []
+    hook = pipe.thinker.model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        pipe.generate(SpeechRequest("Chat thinks.", mode="chat", max_frames=4, max_text_tokens=4))
+    finally:
+        hook.remove()
+    assert calls  # the hook does see the thinker when it runs
+
+
+def test_memory_stays_bounded_over_200_requests():
+    pipe = our_pipeline("tiny")
+    requests = [SpeechRequest(f"Again {i}.", max_frames=4, predictor=("reprefill", "kv")[i % 2]) for i in range(8)]
+
+    def batch():
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(pipe.generate, requests))
+
+    for _ in range(3):
+        batch()
+    gc.collect()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for _ in range(25):
+        batch()
+    gc.collect()
+    growth_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert growth_mb < 50, f"peak memory grew by {growth_mb:.0f} MB over 200 requests"
+    assert pipe.engine.active == 0
