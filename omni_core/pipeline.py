@@ -6,22 +6,27 @@ request gets its own `SpeechRun` with its own caches and random generators.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from . import tiny
+from . import memory, tiny
 from .checkpoint import load_tokenizer, load_weights, materialize, read_config
 from .codec import Code2Wav
 from .config import CheckpointError, OmniConfig
 from .events import Done, Result
+from .hub import resolve_source
 from .request import RequestError, SpeechRequest
 from .run import SpeechRun
 from .talker import Talker
 from .thinker import Thinker
+
+log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -49,22 +54,28 @@ def resolve_dtype(dtype: str | torch.dtype, cfg: OmniConfig) -> torch.dtype:
 
 def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto",
                   threads: int | None = None, time_budget_s: float | None = None,
-                  compile: bool = False) -> "Pipeline":
-    """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape) or a checkpoint directory.
+                  compile: bool = False, revision: str | None = None, force: bool = False) -> "Pipeline":
+    """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape), a checkpoint directory,
+    or a hub id ('Qwen/Qwen3-Omni-30B-A3B-Instruct', fetched into the hub cache: hub.py).
 
     threads: CPU threads for torch's kernels (process-wide; None leaves torch's default). A server
     running N requests at once on C cores wants about C / N: oversubscribed OpenMP threads spin.
     time_budget_s: the most one request may run before it is stopped (None: no limit).
     compile: decode with torch.compile'd steps and predictor frames (compiled.py): the same codes,
-    several times faster on small models; the first request of each kind compiles first."""
+    several times faster on small models; the first request of each kind compiles first.
+    revision: the hub id's branch, tag or commit (None: the default branch).
+    force: load even when the memory check (memory.py) says the weights do not fit."""
     if threads is not None:
         torch.set_num_threads(max(1, int(threads)))
     random_weights = str(source) in tiny.PRESETS
-    path = tiny.ensure_tiny(str(source)) if random_weights else Path(source).expanduser()
+    path = resolve_source(source, revision)
+    start = time.perf_counter()  # load time: after any download
     cfg = read_config(path)
     tokenizer = load_tokenizer(path)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, cfg)
+    needs = memory.plan(path, dt)
+    free = memory.check(needs, dev, force)
     with torch.device("meta"):
         thinker, talker, codec = Thinker(cfg.thinker), Talker(cfg), Code2Wav(cfg.codec)
     modules = {"thinker": thinker, "talker": talker, "code2wav": codec}
@@ -73,6 +84,8 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     load_weights(modules, path)
     pipe = Pipeline(cfg, thinker, talker, codec, tokenizer, dev, dt, str(source), random_weights)
     pipe.time_budget_s = time_budget_s
+    pipe.load_report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)
+    log.info(pipe.load_report)
     if compile:
         pipe.enable_compile()
     return pipe
