@@ -62,6 +62,14 @@ def _synth(args) -> int:
     s = result.stats
     for warning in s.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    print(f"{s.frames} frames, {s.audio_s:.2f} s of audio in {s.total_s:.2f} s (RTF {s.rtf:.3f}); "
-          f"predictor {s.predictor} {s.predictor_ms_per_frame:.2f} ms/frame; wrote {args.out}")
+    print(summary(s, args.out))
     return 0
+
+
+def summary(s, out: str) -> str:
+    """One line about a finished request; RTF and ms/frame read "n/a" when no frame was made
+    (the talker can end an utterance before its first frame)."""
+    rtf = "n/a" if s.rtf is None else f"{s.rtf:.3f}"
+    per_frame = "n/a" if s.predictor_ms_per_frame is None else f"{s.predictor_ms_per_frame:.2f}"
+    return (f"{s.frames} frames, {s.audio_s:.2f} s of audio in {s.total_s:.2f} s (RTF {rtf}); "
+            f"predictor {s.predictor} {per_frame} ms/frame; stopped: {s.stopped}; wrote {out}")
