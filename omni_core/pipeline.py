@@ -56,7 +56,9 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
                   threads: int | None = None, time_budget_s: float | None = None,
                   compile: bool = False, revision: str | None = None, force: bool = False) -> "Pipeline":
     """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape), a checkpoint directory,
-    or a hub id ('Qwen/Qwen3-Omni-30B-A3B-Instruct', fetched into the hub cache: hub.py).
+    or a hub id ('Qwen/Qwen3-Omni-30B-A3B-Instruct', fetched into the hub cache: hub.py), or
+    'random:qwen3-omni-30b-a3b[?layers=N]': the real speech path with random weights drawn on the
+    device, no files (random_weights.py; layers=N cuts the thinker and the talker).
 
     threads: CPU threads for torch's kernels (process-wide; None leaves torch's default). A server
     running N requests at once on C cores wants about C / N: oversubscribed OpenMP threads spin.
@@ -67,6 +69,14 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     force: load even when the memory check (memory.py) says the weights do not fit."""
     if threads is not None:
         torch.set_num_threads(max(1, int(threads)))
+    if str(source).startswith("random:"):  # full size, random weights, no files (random_weights.py)
+        from .random_weights import load_random
+        pipe = load_random(str(source), device=device, dtype=dtype, force=force)
+        pipe.time_budget_s = time_budget_s
+        log.info(pipe.load_report)
+        if compile:
+            pipe.enable_compile()
+        return pipe
     random_weights = str(source) in tiny.PRESETS
     path = resolve_source(source, revision)
     start = time.perf_counter()  # load time: after any download
