@@ -71,6 +71,8 @@ def download(repo_id: str, revision: str | None = None) -> Path:
                               f"{config.get('model_type')!r}, not 'qwen3_omni_moe'; pick a Qwen3-Omni checkpoint")
     index_file = Path(hf_hub_download(repo_id, INDEX, revision=revision))
     index = json.loads(index_file.read_text())
+    if not isinstance(index.get("weight_map"), dict):
+        raise CheckpointError(f"{repo_id}'s {INDEX} has no weight_map: not a safetensors checkpoint index")
     shards = speech_shards(index["weight_map"])
     check_disk(index_file.parent, shards, int(index.get("metadata", {}).get("total_size", 0)))
     folder = snapshot_download(repo_id, revision=revision, allow_patterns=SPEECH_FILES + shards)
