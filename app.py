@@ -1,4 +1,4 @@
-"""Omni Speech Lab: `python app.py [--model tiny|/path/to/checkpoint] [--device auto] [--port N] [--share]`."""
+"""Omni Speech Lab: `python app.py [--model tiny|/path/to/checkpoint|org/name] [--device auto] [--port N] [--share]`."""
 
 import sys
 
@@ -12,7 +12,9 @@ def main() -> None:
     args = parse_args()
     try:
         pipe = load_pipeline(args.model, device=args.device, dtype=args.dtype, threads=args.threads,
-                             time_budget_s=args.time_budget, compile=args.compile)
+                             time_budget_s=args.time_budget, compile=args.compile,
+                             revision=args.revision, force=args.force)
+        print(pipe.load_report, flush=True)
         if args.compile:
             pipe.warm_up()
     except (ValueError, OSError) as exc:  # CheckpointError names the file and the problem

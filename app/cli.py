@@ -18,7 +18,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="app.py", description="Omni Speech Lab: hear Qwen3-Omni's speech path and see its 16 codebooks.")
     parser.add_argument("--model", default="tiny",
-                        help='"tiny" (embedded random-weight model, the default) or a local Qwen3-Omni checkpoint directory')
+                        help='"tiny" (embedded random-weight model, the default), a local Qwen3-Omni checkpoint '
+                             'directory, or a hub id such as Qwen/Qwen3-Omni-30B-A3B-Instruct (downloaded into the hub cache)')
+    parser.add_argument("--revision", default=None,
+                        help="the hub id's branch, tag or commit (default: its default branch)")
+    parser.add_argument("--force", action="store_true",
+                        help="load even when the memory check says the weights do not fit on the device")
     parser.add_argument("--device", default="auto", help='"auto", "cpu", "cuda" or "cuda:N" (default: auto)')
     parser.add_argument("--dtype", default="auto", help='"auto" (follow the checkpoint), "float32" or "bfloat16"')
     parser.add_argument("--host", default=None,

@@ -27,14 +27,6 @@ log = logging.getLogger(__name__)
 UPDATE_EVERY = 4  # frames (320 ms of audio) between live updates: enough to look live, light for the browser
 MAX_UPDATES = 40  # for long utterances the gap grows so an update never redraws more than ~T/40 new frames
 
-try:  # Hugging Face ZeroGPU: borrow a GPU for each call; a no-op everywhere else
-    import spaces
-    gpu = spaces.GPU
-except ImportError:
-    def gpu(fn):
-        return fn
-
-
 def user_error(exc: Exception) -> gr.Error:
     """The one place that turns an exception into what the person sees: a message, never a traceback."""
     if isinstance(exc, gr.Error):
@@ -85,7 +77,6 @@ class Lab:
     # --- generate ---------------------------------------------------------------------------
 
     @reports_errors
-    @gpu
     def synthesize(self, text, mode, speaker, predictor, cuda_graph, do_sample, temperature, top_k, top_p,
                    seed, max_frames, view):
         """Stream one utterance: audio chunks, a live heatmap and live stats, then the downloads."""
@@ -154,7 +145,6 @@ class Lab:
         return self._figure(take, live=not take.finished)
 
     @reports_errors
-    @gpu
     def listen(self, num_codebooks, take: Take | None):
         """Re-decode the current codes from the first k codebooks only."""
         if take is None or take.frames == 0:
@@ -162,7 +152,6 @@ class Lab:
         return self._playable(self.pipe.decode(take.codes_array(), num_codebooks=int(num_codebooks)))
 
     @reports_errors
-    @gpu
     def upload(self, path: str | None, view: str):
         """Decode and draw an uploaded codes file (.npy or .json, [T, 16])."""
         if not path:
@@ -177,7 +166,6 @@ class Lab:
     # --- the non-streaming API ----------------------------------------------------------------
 
     @reports_errors
-    @gpu
     def codes(self, text: str, mode: str = "speak", speaker: str | None = None, predictor: str = "reprefill",
               do_sample: bool = False, seed: int = 0, max_frames: int | None = None):
         """One utterance, whole: ({"codes": [[16 ints] per frame], "text", "stats"}, path of its WAV)."""

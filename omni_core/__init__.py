@@ -1,7 +1,9 @@
 """omni_core: a compact PyTorch implementation of the Qwen3-Omni speech path.
 
 thinker (MoE LLM) → talker (MoE, CB0 per 80 ms frame) → code predictor (CB1..CB15)
-→ Code2Wav (16 codes per frame → 24 kHz audio). See DESIGN.md for the contract.
+→ Code2Wav (16 codes per frame → 24 kHz audio). The contract (what a request
+takes, the events it yields and their order, determinism, the parity oracle) is
+docs/ENGINE.md in the repository.
 """
 
 from .codes_io import load_codes, codes_to_json

@@ -13,7 +13,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     synth = sub.add_parser("synth", help="text → WAV (and codes)")
     synth.add_argument("text")
-    synth.add_argument("--model", default="tiny", help="'tiny' or a checkpoint directory")
+    synth.add_argument("--model", default="tiny", help="'tiny', a checkpoint directory or a hub id (org/name)")
+    synth.add_argument("--revision", default=None, help="the hub id's branch, tag or commit")
+    synth.add_argument("--force", action="store_true", help="load even when the memory check says it does not fit")
     synth.add_argument("--mode", default="speak", choices=["speak", "chat"])
     synth.add_argument("--predictor", default="reprefill", choices=["reprefill", "kv", "compare"])
     synth.add_argument("--speaker", default=None)
@@ -41,7 +43,9 @@ def _synth(args) -> int:
     from . import CheckpointError, RequestError, SpeechRequest, codes_to_json, load_pipeline
 
     try:
-        pipe = load_pipeline(args.model, device=args.device, dtype=args.dtype, compile=args.compile)
+        pipe = load_pipeline(args.model, device=args.device, dtype=args.dtype, compile=args.compile,
+                             revision=args.revision, force=args.force)
+        print(pipe.load_report, file=sys.stderr)
         result = pipe.generate(SpeechRequest(args.text, mode=args.mode, predictor=args.predictor,
                                              speaker=args.speaker, max_frames=args.max_frames,
                                              do_sample=args.sample, seed=args.seed))
@@ -58,6 +62,14 @@ def _synth(args) -> int:
     s = result.stats
     for warning in s.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    print(f"{s.frames} frames, {s.audio_s:.2f} s of audio in {s.total_s:.2f} s (RTF {s.rtf:.3f}); "
-          f"predictor {s.predictor} {s.predictor_ms_per_frame:.2f} ms/frame; wrote {args.out}")
+    print(summary(s, args.out))
     return 0
+
+
+def summary(s, out: str) -> str:
+    """One line about a finished request; RTF and ms/frame read "n/a" when no frame was made
+    (the talker can end an utterance before its first frame)."""
+    rtf = "n/a" if s.rtf is None else f"{s.rtf:.3f}"
+    per_frame = "n/a" if s.predictor_ms_per_frame is None else f"{s.predictor_ms_per_frame:.2f}"
+    return (f"{s.frames} frames, {s.audio_s:.2f} s of audio in {s.total_s:.2f} s (RTF {rtf}); "
+            f"predictor {s.predictor} {per_frame} ms/frame; stopped: {s.stopped}; wrote {out}")

@@ -11,8 +11,8 @@ S = 1920·T - 555: each decoder transposed conv trims one input's worth of outpu
 at the end (see `CausalTransConvNet`). The maths is HF `Qwen3OmniMoeCode2Wav`'s.
 
 Everything is causal, so every module takes an optional `state` (a `CodecState`,
-streaming_codec.py) carrying its left context between chunks; `state=None`
-decodes a whole utterance. Parameter names follow the checkpoint with the
+codec_state.py) carrying its left context between chunks; `state=None` decodes a
+whole utterance, and `StreamingDecoder` (streaming_codec.py) drives a stream. Parameter names follow the checkpoint with the
 `code2wav.` prefix dropped. Nothing is computed in __init__ (code offsets and
 RoPE tables are made in forward), so the model can be built on the meta device.
 """
@@ -25,7 +25,7 @@ from torch import nn
 
 from .config import CodecConfig, DecoderConfig
 from .layers import MLP, Attention, RMSNorm, Rope
-from .streaming_codec import CodecState, StreamingDecoder
+from .codec_state import CodecState
 
 
 class CausalConvNet(nn.Module):
@@ -222,7 +222,7 @@ class Code2Wav(nn.Module):
                 state: CodecState | None = None) -> torch.Tensor:
         """codes: [B, Q, T] → wav [B, 1, num_samples(T)] in [-1, 1].
 
-        `state` (see `stream`) continues a stream: the output is then only the new final samples.
+        `state` continues a stream (see `StreamingDecoder`): the output is then only the new final samples.
         """
         h = self.embed(codes, num_codebooks)  # [B, T, C]
         h = self.pre_transformer(h, state).transpose(1, 2)  # [B, C, T]
@@ -256,7 +256,3 @@ class Code2Wav(nn.Module):
             if isinstance(module, CausalTransConvNet):
                 length = module.output_length(length)
         return length
-
-    def stream(self, num_codebooks: int | None = None) -> StreamingDecoder:
-        """A fresh stream: `push(codes [B, Q, n])` returns the new final audio [B, 1, s]."""
-        return StreamingDecoder(self, num_codebooks)

@@ -6,7 +6,7 @@ fields it needs. Names follow the HF config so a reader can cross-reference.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 class CheckpointError(ValueError):
@@ -100,11 +100,9 @@ class OmniConfig:
     codec: CodecConfig
     num_code_groups: int
     thinker_hidden_size: int
-    accept_hidden_layer: int
     speakers: dict[str, int]
     codec_ids: dict[str, int]  # codec_pad_id, codec_bos_id, codec_eos_token_id, codec_nothink_id, ...
-    token_ids: dict[str, int]  # im_start, im_end, tts_pad, tts_bos, tts_eos, system, user, assistant
-    multimodal_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    token_ids: dict[str, int]  # im_start, im_end, tts_pad, tts_bos, tts_eos, user, assistant
     torch_dtype: str = "float32"
     sample_rate: int = 24000
 
@@ -129,7 +127,7 @@ class OmniConfig:
                                   "(the speech path needs thinker, talker and code2wav)") from None
         codec_keys = ("codec_pad_id", "codec_bos_id", "codec_eos_token_id", "codec_nothink_id",
                       "codec_think_bos_id", "codec_think_eos_id")
-        token_keys = ("im_start", "im_end", "tts_pad", "tts_bos", "tts_eos", "system", "user", "assistant")
+        token_keys = ("im_start", "im_end", "tts_pad", "tts_bos", "tts_eos", "user", "assistant")
         return cls(
             thinker=DecoderConfig.from_hf(th_text),
             talker=DecoderConfig.from_hf(tk["text_config"]),
@@ -145,11 +143,8 @@ class OmniConfig:
             ),
             num_code_groups=tk.get("num_code_groups", 16),
             thinker_hidden_size=tk.get("thinker_hidden_size", th_text["hidden_size"]),
-            accept_hidden_layer=tk.get("accept_hidden_layer", 18),
             speakers={k.lower(): int(v) for k, v in (tk.get("speaker_id") or {}).items()},
             codec_ids={k: int(tk[k]) for k in codec_keys},
             token_ids={k: int(d[f"{k}_token_id"]) for k in token_keys},
-            multimodal_token_ids=tuple(th.get(k) for k in ("audio_token_id", "image_token_id", "video_token_id")
-                                       if th.get(k) is not None),
             torch_dtype=str(d.get("torch_dtype") or d.get("dtype") or th_text.get("dtype") or "float32"),
         )

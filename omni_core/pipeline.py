@@ -7,21 +7,26 @@ all running requests together, and each request keeps its own caches and generat
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from . import tiny
+from . import memory, tiny
 from .checkpoint import load_tokenizer, load_weights, materialize, read_config
 from .codec import Code2Wav
 from .config import CheckpointError, OmniConfig
 from .engine import Engine, Parts, Predictors, Sequence, Stream
 from .events import Done, Result
+from .hub import resolve_source
 from .request import RequestError, SpeechRequest
 from .talker import Talker
 from .thinker import Thinker
+
+log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -49,23 +54,40 @@ def resolve_dtype(dtype: str | torch.dtype, cfg: OmniConfig) -> torch.dtype:
 
 def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto",
                   threads: int | None = None, time_budget_s: float | None = None,
-                  compile: bool = False, max_batch: int = 16) -> "Pipeline":
-    """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape) or a checkpoint directory.
+                  compile: bool = False, revision: str | None = None, force: bool = False,
+                  max_batch: int = 16) -> "Pipeline":
+    """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape), a checkpoint directory,
+    or a hub id ('Qwen/Qwen3-Omni-30B-A3B-Instruct', fetched into the hub cache: hub.py), or
+    'random:qwen3-omni-30b-a3b[?layers=N]': the real speech path with random weights drawn on the
+    device, no files (random_weights.py; layers=N cuts the thinker and the talker).
 
     threads: CPU threads for torch's kernels (process-wide; None leaves torch's default). The engine
     runs every request in its one thread, so it can have all the cores.
     time_budget_s: the most one request may run before it is stopped (None: no limit).
     compile: decode with torch.compile'd steps and predictor frames (compiled.py): the same codes,
     several times faster on small models; the first request of each kind compiles first.
+    revision: the hub id's branch, tag or commit (None: the default branch).
+    force: load even when the memory check (memory.py) says the weights do not fit.
     max_batch: the most requests the engine advances together; more wait their turn."""
     if threads is not None:
         torch.set_num_threads(max(1, int(threads)))
+    if str(source).startswith("random:"):  # full size, random weights, no files (random_weights.py)
+        from .random_weights import load_random
+        pipe = load_random(str(source), device=device, dtype=dtype, force=force, max_batch=max_batch)
+        pipe.time_budget_s = time_budget_s
+        log.info(pipe.load_report)
+        if compile:
+            pipe.enable_compile()
+        return pipe
     random_weights = str(source) in tiny.PRESETS
-    path = tiny.ensure_tiny(str(source)) if random_weights else Path(source).expanduser()
+    path = resolve_source(source, revision)
+    start = time.perf_counter()  # load time: after any download
     cfg = read_config(path)
     tokenizer = load_tokenizer(path)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, cfg)
+    needs = memory.plan(path, dt)
+    free = memory.check(needs, dev, force)
     with torch.device("meta"):
         thinker, talker, codec = Thinker(cfg.thinker), Talker(cfg), Code2Wav(cfg.codec)
     modules = {"thinker": thinker, "talker": talker, "code2wav": codec}
@@ -74,6 +96,8 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     load_weights(modules, path)
     pipe = Pipeline(cfg, thinker, talker, codec, tokenizer, dev, dt, str(source), random_weights, max_batch)
     pipe.time_budget_s = time_budget_s
+    pipe.load_report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)
+    log.info(pipe.load_report)
     if compile:
         pipe.enable_compile()
     return pipe

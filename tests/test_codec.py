@@ -16,6 +16,7 @@ import torch
 from omni_core.checkpoint import checkpoint_names, copy_state_dict
 from omni_core.codec import Code2Wav
 from omni_core.config import OmniConfig
+from omni_core.streaming_codec import StreamingDecoder
 from omni_core.tiny import build_hf_model
 
 PRESETS = ("tiny", "tiny-b")
@@ -43,7 +44,7 @@ def random_codes(batch: int = 1, num_frames: int = NUM_FRAMES, seed: int = 0) ->
 
 
 def stream_all(codec, codes, chunk: int, **kw) -> tuple[torch.Tensor, list[int]]:
-    stream = codec.stream(**kw)
+    stream = StreamingDecoder(codec, **kw)
     parts = [stream.push(codes[..., i:i + chunk]) for i in range(0, codes.shape[-1], chunk)]
     return torch.cat(parts, dim=-1), [p.shape[-1] for p in parts]
 
@@ -142,8 +143,22 @@ def test_bad_inputs_are_refused():
         ours(random_codes()[:, :15])
     with pytest.raises(ValueError, match="num_codebooks"):
         ours(random_codes(), num_codebooks=0)
-    stream = ours.stream()
+    stream = StreamingDecoder(ours)
     stream.push(random_codes(batch=2, num_frames=1))
     with pytest.raises(ValueError, match="rows"):
         stream.push(random_codes(batch=1, num_frames=1))
     assert stream.push(random_codes(batch=2, num_frames=0)).shape == (2, 1, 0)
+
+
+def test_codec_modules_import_one_way():
+    """codec_state ← codec ← streaming_codec: no module imports one that imports it back."""
+    import ast
+    from pathlib import Path
+
+    def local_imports(name: str) -> set[str]:
+        tree = ast.parse((Path(__file__).resolve().parent.parent / "omni_core" / f"{name}.py").read_text())
+        return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
+
+    assert local_imports("codec_state") == set()
+    assert "streaming_codec" not in local_imports("codec")
+    assert {"codec", "codec_state"} <= local_imports("streaming_codec")

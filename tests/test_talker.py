@@ -44,23 +44,28 @@ class ForceTokens(LogitsProcessor):
 
 
 def hf_talker_inputs(hf, pipe, text: str, max_frames: int):
-    """HF's talker prompt, trailing text and codes when its thinker writes `text` + <|im_end|>."""
+    """HF's talker prompt and trailing text (the talker's generate kwargs), codes [T, 16] and waveform
+    when its thinker writes `text` + <|im_end|>."""
     prompt = pipe.chat_prompt(text)
     reply = pipe.tokenizer(text, add_special_tokens=False)["input_ids"] + [pipe.config.token_ids["im_end"]]
-    captured, original = {}, hf.talker.generate
+    captured, original, decode = {}, hf.talker.generate, hf.code2wav.chunked_decode
 
     def capture(**kw):
         captured.update(kw)
         return original(**kw)
 
-    hf.talker.generate = capture
+    def capture_codes(codes, **kw):  # observe the codes HF decodes; decoding itself is HF's
+        captured["codes"] = codes[0].T.numpy().copy()
+        return decode(codes, **kw)
+
+    hf.talker.generate, hf.code2wav.chunked_decode = capture, capture_codes
     try:
         _, wav = hf.generate(input_ids=torch.tensor([prompt]), speaker="ethan", thinker_do_sample=False,
                              thinker_max_new_tokens=len(reply), thinker_eos_token_id=reply[-1],
                              thinker_logits_processor=[ForceTokens(len(prompt), reply)],
                              talker_max_new_tokens=max_frames + 1, talker_do_sample=False)
     finally:
-        hf.talker.generate = original
+        hf.talker.generate, hf.code2wav.chunked_decode = original, decode
     return prompt, reply, captured, wav.reshape(-1).numpy()
 
 
@@ -79,7 +84,9 @@ def test_speak_mode_prompt_equals_hf(hf, pipe):
 
 def test_speak_mode_codes_equal_hf(hf, pipe):
     text = "Say exactly this."
-    _, _, _, want_wav = hf_talker_inputs(hf, pipe, text, 10)
+    _, _, want, want_wav = hf_talker_inputs(hf, pipe, text, 10)
     result = pipe.generate(SpeechRequest(text, mode="speak", max_frames=10))
     assert result.text == text and result.text_ids == pipe.tokenizer(text, add_special_tokens=False)["input_ids"]
-    np.testing.assert_allclose(result.audio, want_wav, atol=1e-4, rtol=0)  # audio is a function of the codes
+    assert want["codes"].shape == (10, 16)
+    np.testing.assert_array_equal(result.codes, want["codes"])
+    np.testing.assert_allclose(result.audio, want_wav, atol=1e-4, rtol=0)

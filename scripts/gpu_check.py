@@ -1,0 +1,361 @@
+"""The GPU check (issue 13), one process, one time budget: run by scripts/gpu_check.sh.
+
+Sections, in order, each recorded in <out>/gpu.json as soon as it ends (a section that
+fails records its error and the next one runs; one that would start past the budget is
+skipped and says so):
+
+  machine     GPU, driver-visible memory, torch / transformers / Python versions
+  tests       pytest over the engine's test files, `-k cuda` (tests/test_cuda_graph.py and
+              every test with cuda in its name); junit counts and the summary line
+  predictor   the real-size code predictor (5 layers, hidden 1024, 2048 codes), per batch:
+              ms per call (= one frame for every row) of HF generate, eager KV, eager
+              re-prefill, the CUDA graph re-prefill (GraphPredictor)
+  pipeline    load_pipeline(--model) (default: the full-size random-weight speech path),
+              a warm-up request, then speak mode, --frames frames, re-prefill predictor with
+              the CUDA graph: first audio, per-stage seconds (result.stats), RTF, peak memory
+  concurrent  --concurrent requests at once from threads: wall time, each one's first audio
+  compiled    the predictor's compiled KV frame (compiled.py) per batch, while the budget lasts:
+              compiling one batch size takes a minute or more, so it comes last
+
+    python scripts/gpu_check.py                          # on the GPU, all of it
+    python scripts/gpu_check.py --device cpu --model tiny --skip tests,compiled \\
+        --batches 1 --frames 3 --repeats 1               # a dry run on a CPU (tests/test_gpu_check.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SECTIONS = ("machine", "tests", "predictor", "pipeline", "concurrent", "compiled")
+# Engine test files: the app and browser tests need Gradio and a browser, which the device lacks.
+APP_TESTS = ("test_app", "test_browser", "test_cli")
+FULL_SIZE = "random:qwen3-omni-30b-a3b"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=os.environ.get("OUT") or "bench_results", help="folder for gpu.json")
+    p.add_argument("--budget-s", type=float, default=480.0, help="start no section after this many seconds")
+    p.add_argument("--skip", default="", help=f"comma-separated sections to skip: {', '.join(SECTIONS)}")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32", "float16"))
+    p.add_argument("--batches", default="1,8,16,32", help="predictor batch sizes")
+    p.add_argument("--repeats", type=int, default=20, help="timed calls per predictor case")
+    p.add_argument("--model", default=FULL_SIZE, help="pipeline source for load_pipeline")
+    p.add_argument("--frames", type=int, default=100, help="frames per pipeline request")
+    p.add_argument("--concurrent", type=int, default=8, help="requests at once in the last section")
+    p.add_argument("--tests-timeout-s", type=float, default=240.0)
+    args = p.parse_args(argv)
+    args.skip = {s for s in args.skip.split(",") if s}
+    unknown = args.skip - set(SECTIONS)
+    if unknown:
+        p.error(f"unknown section(s) in --skip: {', '.join(sorted(unknown))}; known: {', '.join(SECTIONS)}")
+    try:
+        args.batches = [int(b) for b in args.batches.split(",") if b]
+    except ValueError:
+        p.error(f"--batches must be comma-separated integers, got {args.batches!r}")
+    if not args.batches or min(args.batches) < 1:
+        p.error("--batches needs at least one size, each at least 1")
+    if args.frames < 1 or args.repeats < 1 or args.concurrent < 1:
+        p.error("--frames, --repeats and --concurrent must be at least 1")
+    return args
+
+
+class Report:
+    """gpu.json, rewritten whole (atomically) after every section."""
+
+    def __init__(self, out: str | Path):
+        self.path = Path(out) / "gpu.json"
+        self.data: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "sections": {}}
+
+    def record(self, name: str, value) -> None:
+        self.data["sections"][name] = value
+        self.write()
+
+    def write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.data, indent=2, default=_jsonable))
+        tmp.replace(self.path)
+
+
+def _jsonable(x):
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    if hasattr(x, "to_dict"):
+        return x.to_dict()
+    return str(x)
+
+
+def run_sections(args, report: Report, sections: dict) -> None:
+    """Run each section in order within the budget; record results, errors and skips."""
+    start = time.perf_counter()
+    for name, fn in sections.items():
+        elapsed = time.perf_counter() - start
+        if name in args.skip:
+            report.record(name, {"skipped": "--skip"})
+            continue
+        if elapsed > args.budget_s:
+            report.record(name, {"skipped": f"budget: {elapsed:.0f} s of {args.budget_s:.0f} s used"})
+            continue
+        print(f"== {name} (at {elapsed:.0f} s)", flush=True)
+        t0 = time.perf_counter()
+        try:
+            value = fn(args, deadline=start + args.budget_s)
+        except Exception as e:  # one failing section must not cost the others
+            traceback.print_exc()
+            value = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}
+        value["section_s"] = time.perf_counter() - t0
+        report.record(name, value)
+        print(json.dumps(value, indent=2, default=_jsonable)[:6000], flush=True)
+    report.data["total_s"] = time.perf_counter() - start
+    report.write()
+
+
+# ---- sections -------------------------------------------------------------------------------
+
+def machine(args, deadline: float) -> dict:
+    import torch
+    import transformers
+
+    info = {"python": sys.version.split()[0], "platform": platform.platform(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "transformers_path": str(Path(transformers.__file__).parent),
+            "cuda_available": torch.cuda.is_available(), "device": args.device, "dtype": args.dtype}
+    if torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info()
+        info.update(gpu=torch.cuda.get_device_name(), gpu_total_gb=total / 1e9, gpu_free_gb=free / 1e9,
+                    cuda=torch.version.cuda)
+    return info
+
+
+def pytest_command(junit: Path) -> list[str]:
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
+                   if not p.name.startswith(APP_TESTS))
+    return [sys.executable, "-m", "pytest", "-q", "-rfEs", "-k", "cuda", "--continue-on-collection-errors",
+            f"--junitxml={junit}", *files]
+
+
+def tests(args, deadline: float) -> dict:
+    junit = Path(args.out) / "junit.xml"
+    cmd = pytest_command(junit)
+    timeout = max(30.0, min(args.tests_timeout_s, deadline - time.perf_counter()))
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        rc, output = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, output = "timeout", (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) \
+            else (e.stdout or "")
+    print(output[-8000:], flush=True)
+    lines = [line for line in output.splitlines() if line.strip()]
+    return {"command": " ".join(cmd[1:]), "returncode": rc, "summary": lines[-1] if lines else "",
+            "counts": junit_counts(junit), "failures": [line for line in lines if line.startswith(("FAILED", "ERROR"))]}
+
+
+def junit_counts(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    root = ET.parse(path).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    return {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")} if suite is not None else {}
+
+
+def predictor(args, deadline: float) -> dict:
+    import torch
+
+    from omni_core.bench import interleaved, real_predictor
+    from omni_core.code_predictor import GREEDY, predict_kv, predict_reprefill
+
+    dtype = getattr(torch, args.dtype)
+    hf, cp = real_predictor(dtype, args.device)
+    graph = None
+    if args.device.startswith("cuda"):
+        from omni_core.cuda_graph import GraphPredictor
+        graph = GraphPredictor(cp)
+    out: dict = {"dtype": args.dtype, "device": args.device, "graph": graph is not None, "batches": {}}
+    for B in args.batches:
+        h, e0 = predictor_inputs(cp, B, dtype, args.device)
+        seq = torch.stack([h, e0], 1)
+        cases = {"eager_kv": lambda: predict_kv(cp, h, e0), "eager_reprefill": lambda: predict_reprefill(cp, h, e0),
+                 "hf_generate": lambda: hf.generate(inputs_embeds=seq, max_new_tokens=15, do_sample=False)}
+        if graph is not None:
+            cases["graph_reprefill"] = lambda: graph.run(h, e0, GREEDY)
+        with torch.no_grad():
+            t = interleaved(cases, args.repeats, warmup=2)
+        out["batches"][str(B)] = _timings(t, B)
+        print(f"  batch {B}: " + ", ".join(f"{k} {1000 * v:.2f} ms" for k, v in t.items()), flush=True)
+    return out
+
+
+def _timings(seconds: dict, batch: int) -> dict:
+    ms = {k: 1000 * v for k, v in seconds.items()}
+    row = {"ms_per_call": ms, "ms_per_row": {k: v / batch for k, v in ms.items()}}
+    if "graph_reprefill" in ms:
+        row["graph_speedup_vs_eager_reprefill"] = ms["eager_reprefill"] / ms["graph_reprefill"]
+    return row
+
+
+def predictor_inputs(cp, batch: int, dtype, device: str):
+    """h_talker and E(cb0), [B, 1024] each."""
+    import torch
+    h = torch.randn(batch, 1024, dtype=dtype, device=device)
+    return h, cp.model.codec_embedding[0](torch.randint(0, 2048, (batch,), device=device))
+
+
+def compiled(args, deadline: float) -> dict:
+    """Compiled KV per batch size while the budget lasts (each size compiles once, first)."""
+    import torch
+
+    from omni_core.bench import interleaved, real_predictor
+    from omni_core.code_predictor import GREEDY, predict_kv
+    from omni_core.compiled import CompiledPredictors
+
+    dtype = getattr(torch, args.dtype)
+    _, cp = real_predictor(dtype, args.device)
+    fns = CompiledPredictors(cp)
+    out = {"dtype": args.dtype, "device": args.device, "batches": {}}
+    for B in args.batches:
+        # A compile takes a minute or two: start one only if it ends before gpu_check.sh's hard stop
+        # (60 s past the budget), which would lose this section's record.
+        if time.perf_counter() > deadline - 120:
+            out["batches"][str(B)] = {"skipped": "budget"}
+            continue
+        h, e0 = predictor_inputs(cp, B, dtype, args.device)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            fns.run("kv", h, e0, GREEDY)
+            compile_s = time.perf_counter() - t0
+            same = torch.equal(fns.run("kv", h, e0, GREEDY)[0], predict_kv(cp, h, e0)[0])
+            t = interleaved({"compiled_kv": lambda: fns.run("kv", h, e0, GREEDY)}, args.repeats, warmup=2)
+        out["batches"][str(B)] = {"compile_s": compile_s, "codes_equal_eager": same, **_timings(t, B)}
+        print(f"  compiled kv batch {B}: {1000 * t['compiled_kv']:.2f} ms (compiled in {compile_s:.0f} s)", flush=True)
+    return out
+
+
+def _sync(device: str) -> None:
+    import torch
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+_PIPE = {}
+
+
+def loaded_pipeline(args):
+    """The pipeline of --model, loaded once for the pipeline and concurrent sections."""
+    import torch
+
+    from omni_core import load_pipeline
+
+    if "pipe" not in _PIPE:
+        if args.device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        _PIPE["pipe"] = load_pipeline(args.model, device=args.device, dtype=args.dtype)
+        _sync(args.device)
+        _PIPE["load_s"] = time.perf_counter() - t0
+    return _PIPE["pipe"]
+
+
+TEXT = ("This is a long sentence, spoken by a model with random weights, so that the talker has "
+        "text to read for every one of its frames while the benchmark runs.")
+
+
+def speech_request(args, frames: int, seed: int = 0):
+    from omni_core import SpeechRequest
+    return SpeechRequest(TEXT, mode="speak", predictor="reprefill", cuda_graph=args.device.startswith("cuda"),
+                         max_frames=frames, seed=seed)
+
+
+def timed_stream(pipe, request, device: str) -> dict:
+    """One request through stream(): first audio as the caller sees it, and the result's stats."""
+    from omni_core import AudioChunk, Done
+
+    _sync(device)
+    t0, first, result = time.perf_counter(), None, None
+    for event in pipe.stream(request):
+        if first is None and isinstance(event, AudioChunk):
+            first = time.perf_counter() - t0
+        if isinstance(event, Done):
+            result = event.result
+    _sync(device)
+    stats = result.stats.to_dict() if hasattr(result.stats, "to_dict") else dataclasses.asdict(result.stats)
+    return {"wall_s": time.perf_counter() - t0, "first_audio_s": first, "frames": int(result.codes.shape[0]),
+            "stats": stats, "stage_ms": {k[:-2]: 1000 * stats[k] for k in ("thinker_s", "talker_s", "predictor_s",
+                                                                            "codec_s", "total_s") if k in stats}}
+
+
+def pipeline(args, deadline: float) -> dict:
+    import torch
+
+    pipe = loaded_pipeline(args)
+    out = {"model": args.model, "load_s": _PIPE["load_s"], "info": pipe.info,
+           "load_report": getattr(pipe, "load_report", None)}
+    if args.device.startswith("cuda"):
+        out["weights_gb_allocated"] = torch.cuda.memory_allocated() / 1e9
+    out["warm_up"] = timed_stream(pipe, speech_request(args, min(5, args.frames)), args.device)  # graph capture
+    runs = [timed_stream(pipe, speech_request(args, args.frames), args.device) for _ in range(2)]
+    out["runs"] = runs
+    out["first_audio_ms"] = 1000 * statistics.median(r["first_audio_s"] for r in runs)
+    out["rtf"] = statistics.median(r["wall_s"] / (r["frames"] * 0.08) for r in runs)  # 80 ms per frame
+    if args.device.startswith("cuda"):
+        out["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    return out
+
+
+def concurrent(args, deadline: float) -> dict:
+    import torch
+
+    pipe = loaded_pipeline(args)
+    results: list = [None] * args.concurrent
+
+    def one(i):
+        try:
+            results[i] = timed_stream(pipe, speech_request(args, args.frames, seed=i), args.device)
+        except Exception as e:
+            results[i] = {"error": f"{type(e).__name__}: {e}"}
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(args.concurrent)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    ok = [r for r in results if "error" not in r]
+    out = {"requests": args.concurrent, "wall_s": wall, "results": results,
+           "frames_per_s": sum(r["frames"] for r in ok) / wall}
+    if ok:
+        out["first_audio_ms"] = sorted(1000 * r["first_audio_s"] for r in ok)
+    if args.device.startswith("cuda"):
+        out["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    return out
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    report = Report(args.out)
+    report.data["args"] = {k: sorted(v) if isinstance(v, set) else v for k, v in vars(args).items()}
+    run_sections(args, report, {"machine": machine, "tests": tests, "predictor": predictor,
+                                "pipeline": pipeline, "concurrent": concurrent, "compiled": compiled})
+    print(f"wrote {report.path}", flush=True)
+    failed = [n for n, v in report.data["sections"].items() if "error" in v]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
