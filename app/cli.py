@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 
-CONCURRENT_REQUESTS = 2  # the queue's default_concurrency_limit (app/ui.py)
+MAX_BATCH = 16  # requests the engine advances together (and the queue lets in at once)
 
 
 def default_threads() -> int:
-    """Each running request gets its share of the cores: oversubscribed kernel threads spin and
-    slow everyone down (measured: 6x slower for two 2-thread requests on 2 cores)."""
-    return max(1, (os.cpu_count() or 1) // CONCURRENT_REQUESTS)
+    """All the cores: the engine runs every request in its one thread, so nothing oversubscribes."""
+    return max(1, os.cpu_count() or 1)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -32,7 +31,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="port to listen on (default: $GRADIO_SERVER_PORT, else 7860)")
     parser.add_argument("--share", action="store_true", help="also open a public gradio.live link")
     parser.add_argument("--threads", type=int, default=default_threads(),
-                        help="CPU threads for the engine's kernels (default: cores / concurrent requests)")
+                        help="CPU threads for the engine's kernels (default: all cores; one engine thread runs every request)")
+    parser.add_argument("--max-batch", type=int, default=MAX_BATCH,
+                        help=f"requests the engine advances together in one step (default: {MAX_BATCH}); more wait in the queue")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the decode steps: the same codes, several times faster on small "
                              "models, after a warm-up at start (about a minute per path the first time)")

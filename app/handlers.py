@@ -112,7 +112,7 @@ class Lab:
                     yield SynthOut(audio=self._chunk(pending), heatmap=self._figure(take, live=True),
                                    stats=panels.running(request.predictor, take.frames, self.frame_s,
                                                         time.perf_counter() - start, take.first_audio_s,
-                                                        take.text), take=take)
+                                                        take.text, take.batch), take=take)
         finally:
             take.cancel.set()  # also when Gradio closes this generator (a closed tab): the engine stops
             if events is not None:

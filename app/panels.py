@@ -46,11 +46,11 @@ def idle() -> str:
 
 
 def running(predictor: str, frames: int, frame_s: float, elapsed_s: float, first_audio_s: float | None,
-            text: str) -> str:
-    """The panel while frames are still arriving."""
+            text: str, batch: int = 1) -> str:
+    """The panel while frames are still arriving; `batch`: requests in the engine's last step."""
     first = "…" if first_audio_s is None else _ms(first_audio_s)
     cards = [("frames", str(frames)), ("audio", f"{frames * frame_s:.2f} s"),
-             ("elapsed", f"{elapsed_s:.2f} s"), ("first audio", first)]
+             ("elapsed", f"{elapsed_s:.2f} s"), ("first audio", first), ("sharing the step", _sharing(batch))]
     return _panel(f"Generating with the <b>{escape(PREDICTOR_NAMES.get(predictor, predictor))}</b> predictor…",
                   cards, "", [], text)
 
@@ -69,9 +69,16 @@ def finished(stats: dict, text: str) -> str:
         ("frames · audio", f'{stats["frames"]} · {stats["audio_s"]:.2f} s'),
         ("predictor / frame", "–" if per_frame is None else f"{per_frame:.2f} ms"),
     ]
+    if stats.get("batch_max"):
+        cards.append(("requests per step", f'{_sharing(stats["batch_max"])} at most · {stats["batch_mean"]:.1f} mean'))
     if stats.get("mismatches") is not None:
         cards.append(("predictor mismatches", str(stats["mismatches"])))
     return _panel(title, cards, _stage_bar(stats), stats.get("warnings") or [], text)
+
+
+def _sharing(batch: int) -> str:
+    """How many requests the engine advanced together (this one included)."""
+    return "alone" if batch <= 1 else f"{batch} requests"
 
 
 def uploaded(frames: int, frame_s: float, name: str) -> str:

@@ -24,6 +24,7 @@ class Take:
     audio: list[np.ndarray] = field(default_factory=list)  # float32 chunks, in order
     text: str = ""  # what is spoken (chat mode: the reply as it is written)
     first_audio_s: float | None = None
+    batch: int = 1  # requests in the engine step that made the last frame
     finished: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)  # set: the engine stops within a frame
 
@@ -39,6 +40,7 @@ class Take:
     def add_frame(self, frame) -> None:
         self.codes.append(np.asarray(frame.codes, dtype=np.int64))
         self.probs.append(np.asarray(frame.probs, dtype=np.float32))
+        self.batch = frame.batch  # requests in the engine step that made it
         if frame.mismatch is not None:
             self.mismatch.append(np.asarray(frame.mismatch, dtype=bool))
 

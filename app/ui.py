@@ -12,7 +12,6 @@ from pathlib import Path
 import gradio as gr
 
 from app import figures, panels
-from app.cli import CONCURRENT_REQUESTS
 from app.files import OutputDir
 from app.handlers import Lab, SynthOut
 from omni_core import MAX_FRAMES, MAX_TEXT_CHARS
@@ -25,7 +24,6 @@ EXAMPLES = [
 ]
 PREDICTORS = [("re-prefill", "reprefill"), ("KV", "kv"), ("compare", "compare")]
 VIEWS = [("codes", "codes"), ("confidence", "confidence"), ("disagreement", "disagreement")]
-QUEUE = dict(default_concurrency_limit=CONCURRENT_REQUESTS, max_size=32)  # engine events share one group of 2 running requests
 
 
 def build_ui(pipe, outputs: OutputDir) -> gr.Blocks:
@@ -116,7 +114,8 @@ def build_ui(pipe, outputs: OutputDir) -> gr.Blocks:
         upload.upload(lab.upload, inputs=[upload, view], outputs=[heatmap, stats, listen_audio, k, files, take],
                       concurrency_id="engine", api_visibility="private")
         gr.on([], lab.codes, inputs=api_inputs, outputs=api_outputs, api_name="codes", concurrency_id="engine")
-    return demo.queue(**QUEUE)
+    # As many handlers run at once as the engine batches; more wait in a bounded queue.
+    return demo.queue(default_concurrency_limit=info["max_batch"], max_size=4 * info["max_batch"])
 
 
 def launch_kwargs(args, outputs: OutputDir) -> dict:

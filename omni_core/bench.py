@@ -15,6 +15,9 @@ shared and noisy, so only same-run ratios mean anything.
   (d) first audio and total time of a 120-frame utterance through stream()
   (c) Code2Wav per second of audio: our streaming decoder vs HF chunked_decode(300, 25)
   (e) CUDA only: the re-prefill predictor as a CUDA graph vs eager
+  (f) many listeners: 1/4/8/16 simultaneous 60-frame requests, the batched engine (eager and
+      compiled) vs the same engine serving one at a time: aggregate frames/s, first audio, RTF
+  (g) the real-size predictor as the engine calls it: 8 requests' rows in one call vs 1
 """
 
 from __future__ import annotations
@@ -154,7 +157,9 @@ def bench_predictor(repeats: int, device: str = "cpu", batches=(1, 4, 16), dtype
                      "omni_core kv": lambda: predict_kv(cp, h, e0),
                      "hf": lambda: hf.generate(inputs_embeds=seq, max_new_tokens=15, do_sample=False)}
             if name in compiled_dtypes:
-                cases["omni_core kv compiled"] = lambda: compiled.run("kv", h, e0, GREEDY)
+                greedy = torch.ones(B, dtype=torch.bool, device=device)
+                ones = torch.ones(15, B, 2048, device=device)
+                cases["omni_core kv compiled"] = lambda: compiled.run("kv", h, e0, ones, greedy)
             with torch.no_grad():
                 t = interleaved(cases, repeats)
             ours = [k for k in cases if k != "hf"]
@@ -213,6 +218,104 @@ def bench_stream_latency(repeats: int, frames: int = 120) -> dict:
     return {"frames": frames, "first_audio_s": first, "total_s": total, "first_over_total": first / total}
 
 
+# ---- (f) many requests at once ------------------------------------------------------------------
+
+def run_concurrently(pipe, requests) -> dict:
+    """Start every request at the same moment (one thread each, as Gradio runs them); wall time,
+    each request's first-audio latency and real-time factor, from its own start."""
+    import threading
+
+    from .events import AudioChunk, Done
+
+    barrier = threading.Barrier(len(requests) + 1)
+    firsts, rtfs, frames = [None] * len(requests), [None] * len(requests), [0] * len(requests)
+
+    def run(i):
+        barrier.wait()
+        t0 = time.perf_counter()
+        for event in pipe.stream(requests[i]):
+            if firsts[i] is None and isinstance(event, AudioChunk):
+                firsts[i] = time.perf_counter() - t0
+            if isinstance(event, Done):
+                frames[i] = event.result.stats.frames
+                rtfs[i] = (time.perf_counter() - t0) / event.result.stats.audio_s
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    return {"wall_s": wall, "frames_per_s": sum(frames) / wall, "first_audio_s": firsts, "rtf": rtfs}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60) -> dict:
+    """N simultaneous speak-mode requests of `frames` frames on the tiny model, for the batched
+    engine (eager and compiled) and, as the baseline, the same engine serving one request at a
+    time (max_batch=1: each request runs alone, the rest wait). Rounds interleave the engines."""
+    from .pipeline import load_pipeline
+    from .request import SpeechRequest
+
+    engines = {"batched eager": load_pipeline("tiny", device="cpu"),
+               "batched compiled": load_pipeline("tiny", device="cpu", compile=True),
+               "one at a time eager": load_pipeline("tiny", device="cpu", max_batch=1)}
+    engines["batched compiled"].warm_up()
+    out = {}
+    for n in counts:
+        requests = [SpeechRequest(f"Listener number {i} is hearing this sentence.", max_frames=frames, seed=i)
+                    for i in range(n)]
+        runs = {name: [] for name in engines}
+        for _ in range(repeats):
+            for name, pipe in engines.items():
+                runs[name].append(run_concurrently(pipe, requests))
+        out[f"{n} at once"] = {name: summarize(rs) for name, rs in runs.items()}
+    for name in engines:
+        alone = out["1 at once"][name]
+        for n in counts[1:]:
+            row = out[f"{n} at once"][name]
+            row["fps_over_one"] = row["frames_per_s"] / alone["frames_per_s"]
+            row["first_audio_p95_over_one"] = row["first_audio_p95_s"] / alone["first_audio_p95_s"]
+    return out
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Medians over rounds of the aggregate frames/s, and the latencies pooled over rounds."""
+    firsts = [f for r in runs for f in r["first_audio_s"]]
+    rtfs = [x for r in runs for x in r["rtf"]]
+    return {"frames_per_s": statistics.median(r["frames_per_s"] for r in runs),
+            "first_audio_p50_s": percentile(firsts, 0.5), "first_audio_p95_s": percentile(firsts, 0.95),
+            "rtf_p50": percentile(rtfs, 0.5), "rtf_max": max(rtfs)}
+
+
+def bench_predictor_rows(repeats: int, batches=(1, 8)) -> dict:
+    """The real-size predictor (float32) as the engine calls it: rows from B requests, one call
+    (`Predictors.run`, each row with its own generator when sampling); ms per frame vs batch 1."""
+    from .engine import Predictors
+
+    _, cp = real_predictor(torch.float32, "cpu")
+    eager, compiled = Predictors(cp, torch.device("cpu")), Predictors(cp, torch.device("cpu"), compiled=True)
+    out = {}
+    for B in batches:
+        h = torch.randn(B, 1024)
+        e0 = cp.model.codec_embedding[0](torch.randint(0, 2048, (B,)))
+        greedy = [None] * B
+        cases = {f"{kind} {name}": (lambda k=kind, p=preds: p.run(k, h, e0, greedy))
+                 for kind in ("reprefill", "kv") for name, preds in (("eager", eager), ("compiled", compiled))
+                 if not (kind == "reprefill" and name == "compiled")}
+        with torch.no_grad():
+            out[f"batch {B}"] = {k: 1000 * v for k, v in interleaved(cases, repeats).items()}
+    first, last = out[f"batch {batches[0]}"], out[f"batch {batches[-1]}"]
+    out["ms_ratio"] = {k: last[k] / first[k] for k in first}
+    return out
+
+
 # ---- (e) CUDA graphs ------------------------------------------------------------------------
 
 def bench_cuda_graph(repeats: int) -> dict:
@@ -226,7 +329,8 @@ def bench_cuda_graph(repeats: int) -> dict:
         h = torch.randn(1, 1024, dtype=cp.lm_head[0].weight.dtype, device="cuda")
         e0 = cp.model.codec_embedding[0](torch.randint(0, 2048, (1,), device="cuda"))
         with torch.no_grad():
-            t = interleaved({"graph": lambda: graph.run(h, e0, GREEDY), "eager reprefill":
+            noise, greedy = torch.ones(15, 1, 2048, device="cuda"), torch.ones(1, dtype=torch.bool, device="cuda")
+            t = interleaved({"graph": lambda: graph.run(h, e0, noise, greedy), "eager reprefill":
                              lambda: predict_reprefill(cp, h, e0), "eager kv": lambda: predict_kv(cp, h, e0)},
                             repeats, warmup=3)
         out[name] = {"ms_per_frame": {k: 1000 * v for k, v in t.items()},
@@ -244,7 +348,8 @@ def machine() -> dict:
     return info
 
 
-def main(quick: bool = False, json_path: str = "bench_results/bench.json", gpu_only: bool = False) -> int:
+def main(quick: bool = False, json_path: str = "bench_results/bench.json", gpu_only: bool = False,
+         only: list[str] | None = None) -> int:
     reps = 3 if quick else 7
     results: dict = {"machine": machine()}
     sections = [] if gpu_only else [
@@ -252,10 +357,14 @@ def main(quick: bool = False, json_path: str = "bench_results/bench.json", gpu_o
         ("b_predictor_real_size", lambda: bench_predictor(reps)),
         ("c_codec", lambda: bench_codec(reps)),
         ("d_stream_latency", lambda: bench_stream_latency(reps)),
+        ("f_concurrency", lambda: bench_concurrency(3 if quick else 5)),
+        ("g_predictor_rows_real_size", lambda: bench_predictor_rows(reps)),
     ]
     if torch.cuda.is_available():
         sections.append(("e_cuda_graph", lambda: bench_cuda_graph(20 if quick else 50)))
     for key, run in sections:
+        if only and not any(key.startswith(o) for o in only):
+            continue
         print(f"== {key}", flush=True)
         results[key] = run()
         print_section(key, results[key])

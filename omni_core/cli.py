@@ -30,10 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="benchmark against the HF reference")
     bench.add_argument("--quick", action="store_true", help="fewer repeats and sizes (a smoke run)")
     bench.add_argument("--json", default="bench_results/bench.json")
+    bench.add_argument("--only", nargs="*", default=None, help="sections to run, by letter (e.g. f g)")
     args = parser.parse_args(argv)
     if args.command == "bench":
         from .bench import main as bench_main
-        return bench_main(quick=args.quick, json_path=args.json)
+        return bench_main(quick=args.quick, json_path=args.json, only=args.only)
     return _synth(args)
 
 

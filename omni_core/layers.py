@@ -17,7 +17,7 @@ from torch import nn
 from .config import DecoderConfig
 
 
-MIN_ROWS = 16  # see `linear`
+MIN_ROWS, MAX_ROWS = 16, 32  # see `linear`
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -26,14 +26,20 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     The engine batches the rows of many requests into one matmul, and a request must get
     the same floats alone as beside others. CPU GEMMs pick their kernel by the number of
     rows: measured with torch 2.13 on this project's CPUs, a float32 row comes out with
-    other last bits at 1, at 2-15 and at >= 16 rows, and a bfloat16 row at other positions
-    of small batches; from 16 rows on, every row's bits are the same at any position and
-    any count (tests/test_layers.py checks this). So fewer rows are padded up to 16."""
-    rows = x.numel() // x.shape[-1]
-    if rows >= MIN_ROWS:
+    other last bits at 1, at 2-15, at 16-128 and above 128 rows (2 threads), a bfloat16
+    row at 1-15, 16-32 and above 32. Between 16 and 32 rows every row's bits are the same
+    at any position and any count (tests/test_layers.py). So a call runs as blocks of
+    16 to 32 rows: fewer rows are padded to 16, more are split into blocks of 32."""
+    rows, K = x.numel() // x.shape[-1], x.shape[-1]
+    if MIN_ROWS <= rows <= MAX_ROWS:
         return F.linear(x, weight, bias)
-    flat = F.pad(x.reshape(rows, x.shape[-1]), (0, 0, 0, MIN_ROWS - rows))  # [16, K], zero rows after
-    return F.linear(flat, weight, bias)[:rows].view(*x.shape[:-1], weight.shape[0])
+    blocks = []
+    for block in x.reshape(rows, K).split(MAX_ROWS):
+        n = block.shape[0]
+        padded = F.pad(block, (0, 0, 0, MIN_ROWS - n)) if n < MIN_ROWS else block  # zero rows after
+        blocks.append(F.linear(padded, weight, bias)[:n])
+    out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+    return out.view(*x.shape[:-1], weight.shape[0])
 
 
 class Linear(nn.Linear):

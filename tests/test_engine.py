@@ -96,8 +96,9 @@ def test_concurrent_requests_equal_their_solo_runs(count):
         assert max(r.stats.batch_max for r in together) >= 2, "the requests never shared a step"
 
 
-def test_requests_taken_in_together_equal_their_solo_runs():
-    pipe = our_pipeline("tiny-b")
+@pytest.mark.parametrize("preset, dtype", [("tiny-b", "float32"), ("tiny", "bfloat16")])
+def test_requests_taken_in_together_equal_their_solo_runs(preset, dtype):
+    pipe = our_pipeline(preset, dtype)
     solo = [pipe.generate(r) for r in MIX]
     streams = [pipe.stream(r) for r in MIX]
     with paused(pipe.engine):
