@@ -178,14 +178,12 @@ def predictor(args, deadline: float) -> dict:
     import torch
 
     from omni_core.bench import interleaved, real_predictor
-    from omni_core.code_predictor import GREEDY, predict_kv, predict_reprefill
+    from omni_core.code_predictor import predict_kv, predict_reprefill
+    from omni_core.engine import Predictors
 
     dtype = getattr(torch, args.dtype)
     hf, cp = real_predictor(dtype, args.device)
-    graph = None
-    if args.device.startswith("cuda"):
-        from omni_core.cuda_graph import GraphPredictor
-        graph = GraphPredictor(cp)
+    graph = Predictors(cp, torch.device(args.device)) if args.device.startswith("cuda") else None
     out: dict = {"dtype": args.dtype, "device": args.device, "graph": graph is not None, "batches": {}}
     for B in args.batches:
         h, e0 = predictor_inputs(cp, B, dtype, args.device)
@@ -193,7 +191,8 @@ def predictor(args, deadline: float) -> dict:
         cases = {"eager_kv": lambda: predict_kv(cp, h, e0), "eager_reprefill": lambda: predict_reprefill(cp, h, e0),
                  "hf_generate": lambda: hf.generate(inputs_embeds=seq, max_new_tokens=15, do_sample=False)}
         if graph is not None:
-            cases["graph_reprefill"] = lambda: graph.run(h, e0, GREEDY)
+            greedy = [None] * B  # the engine's call: one row per request, all greedy
+            cases["graph_reprefill"] = lambda: graph.run("reprefill", h, e0, greedy, use_graph=True)
         with torch.no_grad():
             t = interleaved(cases, args.repeats, warmup=2)
         out["batches"][str(B)] = _timings(t, B)
@@ -221,12 +220,12 @@ def compiled(args, deadline: float) -> dict:
     import torch
 
     from omni_core.bench import interleaved, real_predictor
-    from omni_core.code_predictor import GREEDY, predict_kv
-    from omni_core.compiled import CompiledPredictors
+    from omni_core.code_predictor import predict_kv
+    from omni_core.engine import Predictors
 
     dtype = getattr(torch, args.dtype)
     _, cp = real_predictor(dtype, args.device)
-    fns = CompiledPredictors(cp)
+    fns = Predictors(cp, torch.device(args.device), compiled=True)
     out = {"dtype": args.dtype, "device": args.device, "batches": {}}
     for B in args.batches:
         # A compile takes a minute or two: start one only if it ends before gpu_check.sh's hard stop
@@ -235,12 +234,13 @@ def compiled(args, deadline: float) -> dict:
             out["batches"][str(B)] = {"skipped": "budget"}
             continue
         h, e0 = predictor_inputs(cp, B, dtype, args.device)
+        greedy = [None] * B
         t0 = time.perf_counter()
         with torch.no_grad():
-            fns.run("kv", h, e0, GREEDY)
+            fns.run("kv", h, e0, greedy)
             compile_s = time.perf_counter() - t0
-            same = torch.equal(fns.run("kv", h, e0, GREEDY)[0], predict_kv(cp, h, e0)[0])
-            t = interleaved({"compiled_kv": lambda: fns.run("kv", h, e0, GREEDY)}, args.repeats, warmup=2)
+            same = torch.equal(fns.run("kv", h, e0, greedy)[0], predict_kv(cp, h, e0)[0])
+            t = interleaved({"compiled_kv": lambda: fns.run("kv", h, e0, greedy)}, args.repeats, warmup=2)
         out["batches"][str(B)] = {"compile_s": compile_s, "codes_equal_eager": same, **_timings(t, B)}
         print(f"  compiled kv batch {B}: {1000 * t['compiled_kv']:.2f} ms (compiled in {compile_s:.0f} s)", flush=True)
     return out

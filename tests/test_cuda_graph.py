@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from omni_core import SpeechRequest, load_pipeline
-from omni_core.code_predictor import GREEDY, PREDICTOR_SAMPLING, predict_kv, predict_reprefill
+from omni_core.code_predictor import PREDICTOR_SAMPLING, predict_kv, predict_reprefill
 from omni_core.cuda_graph import GraphPredictor
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
@@ -26,37 +26,74 @@ def inputs(pipe, batch, seed=0):
     return h, pipe.talker.model.codec_embedding(cb0)
 
 
-@pytest.mark.parametrize("batch", [1, 3, 4, 16, 40])  # 3 uses bucket 4; 40 is past every bucket (eager)
-def test_graph_equals_eager_greedy(gpu_pipe, batch):
+def greedy(batch):
+    """Noise and mask for rows that all decode greedily (one graph serves every mix)."""
+    return torch.ones(15, batch, 2048, device="cuda"), torch.ones(batch, dtype=torch.bool, device="cuda")
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 4, 8, 16, 32, 40])  # 3 uses bucket 4; 40 is past every bucket
+def test_cuda_graph_equals_eager_greedy_for_every_bucket(gpu_pipe, batch):
     cp = gpu_pipe.talker.code_predictor
     graph = GraphPredictor(cp)
     h, e0 = inputs(gpu_pipe, batch)
     want = predict_reprefill(cp, h, e0)
     for _ in range(2):  # capture, then replay
-        got = graph.run(h, e0, GREEDY)
+        got = graph.run(h, e0, *greedy(batch))
         for a, b in zip(got, want):
             torch.testing.assert_close(a, b)
     assert torch.equal(got[0], predict_kv(cp, h, e0)[0])
 
 
-def test_graph_sampling_is_seeded_and_equals_eager(gpu_pipe):
+def test_cuda_graph_sampling_is_seeded_and_equals_eager(gpu_pipe):
     cp = gpu_pipe.talker.code_predictor
     graph = GraphPredictor(cp)
     h, e0 = inputs(gpu_pipe, 2)
+    mixed = torch.tensor([False, True], device="cuda")  # row 1 decodes greedily
 
-    def run(fn, seed):
-        return fn(h, e0, PREDICTOR_SAMPLING, torch.Generator(device="cuda").manual_seed(seed))[0]
+    def noise(seed):
+        return cp.frame_noise(2, PREDICTOR_SAMPLING, torch.Generator(device="cuda").manual_seed(seed), "cuda")
 
-    eager = lambda *a: predict_reprefill(cp, *a)  # noqa: E731
-    a = run(graph.run, 5)
-    assert torch.equal(a, run(graph.run, 5))
-    assert torch.equal(a, run(eager, 5))
-    assert not torch.equal(a, run(graph.run, 6))
+    a = graph.run(h, e0, noise(5), mixed)[0]
+    assert torch.equal(a, graph.run(h, e0, noise(5), mixed)[0])
+    assert torch.equal(a, predict_reprefill(cp, h, e0, PREDICTOR_SAMPLING, noise=noise(5), greedy_rows=mixed)[0])
+    assert torch.equal(a[1], predict_reprefill(cp, h[1:], e0[1:])[0][0])  # the greedy row
+    assert not torch.equal(a[0], graph.run(h, e0, noise(6), mixed)[0][0])
 
 
-def test_pipeline_with_graph_equals_without(gpu_pipe):
+def test_cuda_pipeline_with_graph_equals_without(gpu_pipe):
     request = SpeechRequest("Graphs on the GPU.", max_frames=12)
     on = gpu_pipe.generate(SpeechRequest(**{**request.__dict__, "cuda_graph": True}))
     off = gpu_pipe.generate(SpeechRequest(**{**request.__dict__, "cuda_graph": False}))
     assert on.stats.cuda_graph and not off.stats.cuda_graph
     np.testing.assert_array_equal(on.codes, off.codes)
+
+
+def test_cuda_float32_gives_the_cpu_codes():
+    request = SpeechRequest("The same on both devices.", predictor="kv", max_frames=12)
+    cpu = load_pipeline("tiny", device="cpu", dtype="float32").generate(request)
+    cuda = load_pipeline("tiny", device="cuda", dtype="float32").generate(request)
+    np.testing.assert_array_equal(cuda.codes, cpu.codes)
+
+
+def test_cuda_concurrent_requests_equal_their_solo_runs(gpu_pipe):
+    """The batched engine on CUDA: each request equals its solo run (greedy and seeded), and the
+    graph replays the bucket that fits the rows."""
+    from tests.test_engine import MIX, staggered
+
+    solo = [gpu_pipe.generate(r) for r in MIX]
+    together = staggered(gpu_pipe, MIX)
+    for got, want in zip(together, solo):
+        np.testing.assert_array_equal(got.codes, want.codes)
+    assert max(r.stats.batch_max for r in together) >= 2
+
+
+def test_cuda_compare_mode_has_no_mismatch(gpu_pipe):
+    result = gpu_pipe.generate(SpeechRequest("Compare on the GPU.", predictor="compare", max_frames=16))
+    assert result.stats.mismatches == 0
+
+
+def test_cuda_bfloat16_runs_and_reports_its_codes():
+    pipe = load_pipeline("tiny", device="cuda", dtype="bfloat16")
+    result = pipe.generate(SpeechRequest("Half precision on the GPU.", max_frames=10))
+    print("bfloat16 CUDA codes:", result.codes.tolist())
+    assert result.codes.shape == (10, 16)
