@@ -42,8 +42,8 @@ OPTIONS = {"cpp_wrapper": True}  # the code launching the kernels is C++, not Py
 # One graph per (predictor, batch bucket, dtype) and one step per stack; the benchmark's
 # real-size sweep needs more than the default 8 per function, and would then run eager unnoticed.
 torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-BUCKETS = (16, 32)  # rows per compiled predictor frame: smaller batches are padded (`linear` pads
-# every matmul to 16 rows anyway, so a bucket of 16 costs about what one row does)
+BUCKETS = (1, 4, 16, 32)  # rows per compiled predictor frame: a batch is padded up to its bucket, so a
+# few graphs serve every batch (each compiles for a minute or more on 2 cores)
 
 
 def fresh(fn):
@@ -82,6 +82,17 @@ class CompiledPredictors:
                 out = fn(self.cp, h, e0, PREDICTOR_SAMPLING, noise=noise, greedy_rows=greedy_rows)
             self.compiled.add(key)
         return tuple(t[:B] for t in out)
+
+    def warm_up(self, max_rows: int) -> None:
+        """Compile every bucket a batch of up to `max_rows` rows uses, for both predictors."""
+        cp, weight = self.cp, self.cp.lm_head[0].weight
+        V, C, G = weight.shape[0], weight.shape[1], cp.num_code_groups
+        for size in BUCKETS[:next((i for i, b in enumerate(BUCKETS) if b >= max_rows), len(BUCKETS) - 1) + 1]:
+            h = torch.zeros(size, C, dtype=weight.dtype, device=weight.device)
+            noise = torch.ones(G - 1, size, V, device=weight.device)
+            greedy = torch.ones(size, dtype=torch.bool, device=weight.device)
+            for name in self.fns:
+                self.run(name, h, h, noise, greedy)
 
 
 def compile_step(stack: DecoderStack) -> None:

@@ -17,7 +17,8 @@ from tests.conftest import our_pipeline
 
 @functools.lru_cache(maxsize=None)
 def compiled_pipeline(preset: str):
-    return load_pipeline(preset, device="cpu", compile=True)
+    # At most 4 requests per step: predictor buckets 1 and 4 (each compiles for a minute or more).
+    return load_pipeline(preset, device="cpu", compile=True, max_batch=4)
 
 
 FRAMES = 70  # past the talker cache's first capacity (prompt + 64): it grows inside the compiled step
@@ -101,7 +102,7 @@ def test_each_compiled_predictor_keeps_its_own_frozen_weights():
 def test_after_warm_up_nothing_compiles_again():
     """warm_up() compiles every path a request takes, so no user request waits for the compiler:
     not a longer reply, not a talker cache that grows, not speak mode."""
-    pipe = load_pipeline("tiny", device="cpu", compile=True)
+    pipe = load_pipeline("tiny", device="cpu", compile=True, max_batch=4)
     pipe.warm_up()
     with torch._dynamo.config.patch(error_on_recompile=True):
         for mode, predictor in (("chat", "kv"), ("speak", "reprefill")):
