@@ -3,12 +3,24 @@
 Three views of the same frames: the code values (fixed colour range 0..codebook_size-1),
 the probability the sampler gave each chosen code, and where the re-prefill and KV
 predictors disagreed (compare mode).
+
+Payload: a plotly heatmap with hover data costs ~650 bytes per frame, and Gradio resends
+the whole figure at every live update. Up to HOVER_FRAMES frames the figure is a heatmap
+with full hover (frame, time, code, probability); longer takes, and every live update, are
+drawn as a palette PNG of the grid (1 byte per cell before compression; live updates at
+most LIVE_COLUMNS columns wide), and the frame inspector shows a frame's values on demand.
+Edited cells (code surgery) are outlined.
 """
 
 from __future__ import annotations
 
+import base64
+import io
+
 import numpy as np
 import plotly.graph_objects as go
+from PIL import Image
+from plotly.colors import sample_colorscale
 
 VIEWS = ("codes", "confidence", "disagreement")
 HEIGHT = 400
@@ -16,6 +28,10 @@ FONT = "Inter, ui-sans-serif, system-ui, sans-serif"
 CODES_SCALE = "Viridis"
 CONFIDENCE_SCALE = "Magma"
 DISAGREE_SCALE = [[0.0, "#e2e8f0"], [0.5, "#e2e8f0"], [0.5, "#dc2626"], [1.0, "#dc2626"]]
+HOVER_FRAMES = 120  # up to this many frames: a heatmap with per-cell hover (≈ 80 KB)
+LIVE_COLUMNS = 400  # live updates: at most this many image columns (frames are strided beyond)
+MAX_MARKS = 200  # edited-cell outlines drawn at most
+EDIT_COLOUR = "#f43f5e"
 
 
 def empty(message: str = "Press Generate: the 16 codebooks fill in here as frames arrive") -> go.Figure:
@@ -30,12 +46,14 @@ def empty(message: str = "Press Generate: the 16 codebooks fill in here as frame
 
 def heatmap(codes: np.ndarray | None, probs: np.ndarray | None = None, mismatch: np.ndarray | None = None,
             view: str = "codes", *, frame_ms: int = 80, codebook_size: int = 2048,
-            live: bool = False) -> go.Figure:
-    """codes, probs, mismatch: [T, 16] (or None). Returns the figure for `view`."""
+            live: bool = False, edited: np.ndarray | None = None) -> go.Figure:
+    """codes, probs, mismatch, edited: [T, 16] (or None). Returns the figure for `view`."""
     if codes is None or len(codes) == 0:
         return empty()
     T, G = codes.shape
     frame_s = frame_ms / 1000
+    if live or T > HOVER_FRAMES:
+        return _image_heatmap(codes, probs, mismatch, view, frame_s, codebook_size, live, edited)
     rows = [f"CB{g}" for g in range(G)]
     # customdata [G, T, 3]: frame index, code, probability, for the hover label
     frame_idx = np.broadcast_to(np.arange(T), (G, T))
@@ -70,10 +88,99 @@ def heatmap(codes: np.ndarray | None, probs: np.ndarray | None = None, mismatch:
 
     fig = go.Figure(trace)
     _layout(fig, title)
-    fig.update_xaxes(title_text="time (s)", range=[0, max(seconds, 1.0)], ticksuffix=" s")
+    time_axis(fig, T * frame_s)
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=rows, ticktext=rows,
                      tickfont=dict(size=10))
+    _mark(fig, edited, frame_s, rows)
     return fig
+
+
+def _image_heatmap(codes, probs, mismatch, view, frame_s, codebook_size, live, edited) -> go.Figure:
+    """The same views as one palette PNG (colours quantised to 256 levels), strided to LIVE_COLUMNS
+    columns while live. Hover names the time and codebook; the inspector has the values."""
+    T, G = codes.shape
+    state = "generating… " if live else ""
+    if view == "confidence":
+        if probs is None:
+            return empty("No confidence for these codes (uploaded codes carry no probabilities)")
+        levels, scale, zmax, label = np.clip(probs * 255, 0, 255), CONFIDENCE_SCALE, 1.0, "p(code)"
+        title = f"{state}confidence p(code) · {T} frames · {T * frame_s:.2f} s"
+    elif view == "disagreement":
+        if mismatch is None:
+            return empty("Disagreement needs predictor = compare: run with 'compare' to see it")
+        levels, scale, zmax, label = mismatch * 255, DISAGREE_SCALE, 1, ""
+        count = int(mismatch.sum())
+        where = "nowhere" if count == 0 else f"in {count} of {mismatch.size} codes"
+        title = f"{state}re-prefill vs KV: differ {where} · {T} frames"
+    else:
+        levels, scale, zmax, label = codes * 256 // codebook_size, CODES_SCALE, codebook_size - 1, "code"
+        title = f"{state}codes · {T} frames · {T * frame_s:.2f} s"
+    stride = -(-T // LIVE_COLUMNS) if live else 1
+    fig = grid_image(levels[::stride].T.astype(np.uint8), scale, stride * frame_s,
+                     hover="t = %{x:.2f} s · CB%{y}<br>click: this frame's codes<extra></extra>")
+    fig.add_trace(_colorbar_trace(scale, zmax, label))
+    _layout(fig, title)
+    fig.update_layout(template="none", font_color="#334155")  # plotly_white's ~6.5 KB template, resent at
+    # every update, is a third of a live update; the image needs none of it
+    time_axis(fig, T * frame_s)
+    rows = list(range(G))
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=rows, ticktext=[f"CB{g}" for g in rows],
+                     tickfont=dict(size=10), range=[G - 0.5, -0.5])
+    _mark(fig, edited, frame_s, rows)
+    return fig
+
+
+def grid_image(levels: np.ndarray, scale, col_s: float, hover: str) -> go.Figure:
+    """levels [rows, cols] uint8 (0..255 along `scale`) → a figure holding them as one PNG image:
+    column c spans [c·col_s, (c+1)·col_s) seconds, row r sits at y = r."""
+    fig = go.Figure(go.Image(source=png_uri(levels, scale), x0=col_s / 2, dx=col_s, y0=0, dy=1,
+                             hovertemplate=hover))
+    fig.update_yaxes(scaleanchor=False)  # an image keeps square pixels unless told not to: fill the plot
+    fig.update_xaxes(constrain="range")
+    return fig
+
+
+def png_uri(levels: np.ndarray, scale) -> str:
+    """levels [H, W] uint8 → a data: URI of a palette PNG coloured by the plotly colour scale."""
+    image = Image.fromarray(np.ascontiguousarray(levels), mode="P")
+    image.putpalette(_palette(scale))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def _palette(scale) -> list[int]:
+    colours = sample_colorscale(scale, np.linspace(0, 1, 256), colortype="tuple")
+    return [round(255 * c) for rgb in colours for c in rgb[:3]]
+
+
+def _colorbar_trace(scale, zmax, label: str) -> go.Scatter:
+    """An invisible trace that draws the colour bar a PNG image cannot have."""
+    return go.Scatter(x=[None], y=[None], mode="markers", hoverinfo="skip", showlegend=False,
+                      marker=dict(colorscale=scale, cmin=0, cmax=zmax, color=[0], showscale=True,
+                                  colorbar=_colorbar(label)))
+
+
+def time_axis(fig: go.Figure, seconds: float) -> None:
+    """The shared x-axis: seconds from 0; the heatmap and the spectrogram use the same range."""
+    fig.update_xaxes(title_text="time (s)", range=[0, max(seconds, 1.0)], ticksuffix=" s")
+
+
+def _mark(fig: go.Figure, edited: np.ndarray | None, frame_s: float, rows: list) -> None:
+    """Outline each run of edited cells (per codebook) with a rectangle."""
+    if edited is None or not edited.any():
+        return
+    shapes = []
+    for g in range(edited.shape[1]):
+        cells = np.flatnonzero(edited[:, g])
+        if not len(cells):
+            continue
+        breaks = np.flatnonzero(np.diff(cells) > 1)
+        for first, last in zip(cells[np.r_[0, breaks + 1]], cells[np.r_[breaks, len(cells) - 1]]):
+            shapes.append(dict(type="rect", x0=first * frame_s, x1=(last + 1) * frame_s, y0=g - 0.5, y1=g + 0.5,
+                               line=dict(color=EDIT_COLOUR, width=2), fillcolor="rgba(244,63,94,0.25)"))
+    fig.update_layout(shapes=shapes[:MAX_MARKS])
+    fig.update_layout(title_text=f"{fig.layout.title.text} · {int(edited.sum())} edited cells (outlined)")
 
 
 def _colorbar(title: str, **ticks) -> dict:

@@ -208,7 +208,7 @@ class Lab:
     def _figure(self, take: Take, live: bool = False):
         codes, probs, mismatch = take.arrays()
         return figures.heatmap(codes, probs, mismatch, take.view, frame_ms=self.info["frame_ms"],
-                               codebook_size=self.info["codebook_size"], live=live)
+                               codebook_size=self.info["codebook_size"], live=live, edited=take.edited_mask())
 
     def _write(self, take: Take, stats: dict) -> list[str]:
         folder = self.outputs.new()

@@ -1,8 +1,9 @@
 """`Take`: one session's current utterance, kept in gr.State.
 
 It grows in place while a request streams, so the view switch sees the frames made
-so far, and it holds the request's own cancel flag, which Stop sets. Nothing here is
-shared between sessions or requests.
+so far, and it holds the request's own cancel flag, which Stop sets. Code surgery keeps
+its edited codes and dropped cells beside the original codes, which never change (undo
+is one click). Nothing here is shared between sessions or requests.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ class Take:
     view: str = "codes"
     codes: list[np.ndarray] = field(default_factory=list)  # per frame: int64 [16]
     probs: list[np.ndarray] = field(default_factory=list)  # per frame: float32 [16]
+    top_codes: list[np.ndarray] = field(default_factory=list)  # per frame: int64 [16, 5] alternatives
+    top_probs: list[np.ndarray] = field(default_factory=list)  # per frame: float32 [16, 5]
     mismatch: list[np.ndarray] = field(default_factory=list)  # compare mode, per frame: bool [16]
     audio: list[np.ndarray] = field(default_factory=list)  # float32 chunks, in order
     text: str = ""  # what is spoken (chat mode: the reply as it is written)
@@ -27,6 +30,10 @@ class Take:
     batch: int = 1  # requests in the engine step that made the last frame
     finished: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)  # set: the engine stops within a frame
+    edited_codes: np.ndarray | None = None  # code surgery: [T, 16] after the edits (None: no edits)
+    drop: np.ndarray | None = None  # [T, 16] bool: cells that contribute nothing to the decode
+    edits: list = field(default_factory=list)  # the Edits applied, in order
+    edited_audio: np.ndarray | None = None
 
     @classmethod
     def from_codes(cls, codes: np.ndarray, audio: np.ndarray, view: str = "codes") -> "Take":
@@ -41,6 +48,9 @@ class Take:
         self.codes.append(np.asarray(frame.codes, dtype=np.int64))
         self.probs.append(np.asarray(frame.probs, dtype=np.float32))
         self.batch = frame.batch  # requests in the engine step that made it
+        if frame.top_codes is not None:
+            self.top_codes.append(np.asarray(frame.top_codes, dtype=np.int64))
+            self.top_probs.append(np.asarray(frame.top_probs, dtype=np.float32))
         if frame.mismatch is not None:
             self.mismatch.append(np.asarray(frame.mismatch, dtype=bool))
 
@@ -52,6 +62,8 @@ class Take:
         self.codes = list(result.codes)
         if result.probs is not None:
             self.probs = list(result.probs)
+        if result.top_codes is not None:
+            self.top_codes, self.top_probs = list(result.top_codes), list(result.top_probs)
         self.audio = [result.audio]
         self.text = result.text
         self.finished = True
@@ -64,9 +76,26 @@ class Take:
         audio = list(self.audio)
         return np.concatenate(audio) if audio else np.zeros(0, np.float32)
 
+    def current_codes(self) -> np.ndarray:
+        """The codes as heard now: the edited ones after code surgery, else the original."""
+        return self.edited_codes if self.edited_codes is not None else self.codes_array()
+
+    def edited_mask(self) -> np.ndarray | None:
+        """[T, 16] bool: cells changed or dropped by code surgery (None: no edits)."""
+        if self.edited_codes is None:
+            return None
+        return (self.edited_codes != self.codes_array()) | self.drop
+
+    def alternatives(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """top codes and their probabilities [T, 16, 5], or None (uploads, or still streaming)."""
+        top, top_probs = list(self.top_codes), list(self.top_probs)
+        if not top or len(top) != self.frames or len(top_probs) != len(top):
+            return None
+        return np.stack(top), np.stack(top_probs)
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """codes [T, 16], probs [T, 16] or None, mismatch [T, 16] or None, all of the same T."""
-        codes = self.codes_array()
+        """codes [T, 16] (as heard now), probs [T, 16] or None, mismatch [T, 16] or None, all of the same T."""
+        codes = self.current_codes()
         T = len(codes)
         probs = list(self.probs)[:T]
         mismatch = list(self.mismatch)[:T]

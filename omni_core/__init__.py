@@ -6,7 +6,7 @@ takes, the events it yields and their order, determinism, the parity oracle) is
 docs/ENGINE.md in the repository.
 """
 
-from .codes_io import load_codes, codes_to_json
+from .codes_io import check_codes, codes_to_json, load_codes
 from .config import CheckpointError
 from .events import AudioChunk, Done, Frame, Result, Stats, TextDelta
 from .pipeline import Pipeline, load_pipeline
@@ -15,5 +15,5 @@ from .request import MAX_FRAMES, MAX_TEXT_CHARS, RequestError, SpeechRequest
 __all__ = [
     "load_pipeline", "Pipeline", "SpeechRequest", "RequestError", "CheckpointError",
     "TextDelta", "Frame", "AudioChunk", "Done", "Result", "Stats",
-    "load_codes", "codes_to_json", "MAX_FRAMES", "MAX_TEXT_CHARS",
+    "load_codes", "check_codes", "codes_to_json", "MAX_FRAMES", "MAX_TEXT_CHARS",
 ]

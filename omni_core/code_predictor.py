@@ -12,7 +12,9 @@ signature, identical codes:
   cache (cache length 2, 3, 4, ... after each step); 16 positions of work, not 135.
 
 Both return codes [B, G-1], their probabilities [B, G-1] and the codec embeddings
-[B, G-1, C] (the next talker input needs them). When sampling, the noise for all
+[B, G-1, C] (the next talker input needs them); with `alternatives=k` also the k most
+probable codes of each step [B, G-1, k] and their probabilities (same distribution, same
+step: the engine asks for 5, for the app's frame inspector). When sampling, the noise for all
 G-1 steps is drawn up front from the caller's generator (`frame_noise`), so the
 eager, KV and graph versions draw identical codes for one seed.
 """
@@ -24,7 +26,7 @@ from torch import nn
 
 from .config import DecoderConfig
 from .layers import DecoderStack, Linear
-from .sampling import SamplingConfig, choose, draw_noise
+from .sampling import SamplingConfig, choose_with_alternatives, draw_noise
 
 # HF's code predictor samples with its own settings, whatever the talker uses.
 PREDICTOR_SAMPLING = SamplingConfig(do_sample=True, temperature=1.0, top_k=50, top_p=0.8)
@@ -49,11 +51,12 @@ class CodePredictor(nn.Module):
                                      for _ in range(num_code_groups - 1))
 
     def step(self, j: int, last_hidden: torch.Tensor, sampling: SamplingConfig, noise: torch.Tensor | None,
-             greedy_rows: torch.Tensor | None = None):
-        """last_hidden [B, C] → CB(j+1) ids [B], probs [B], embedding [B, C]."""
-        code, prob = choose(self.lm_head[j](last_hidden), sampling, noise=None if noise is None else noise[j],
-                            greedy_rows=greedy_rows)
-        return code, prob, self.model.codec_embedding[j](code)
+             greedy_rows: torch.Tensor | None = None, alternatives: int = 0):
+        """last_hidden [B, C] → CB(j+1) ids [B], probs [B], embedding [B, C], top ids [B, k], top probs [B, k]."""
+        code, prob, top_ids, top_probs = choose_with_alternatives(
+            self.lm_head[j](last_hidden), sampling, noise=None if noise is None else noise[j],
+            greedy_rows=greedy_rows, k=alternatives)
+        return code, prob, self.model.codec_embedding[j](code), top_ids, top_probs
 
     def frame_noise(self, batch: int, sampling: SamplingConfig, generator: torch.Generator | None,
                     device) -> torch.Tensor | None:
@@ -67,37 +70,45 @@ class CodePredictor(nn.Module):
 @torch.no_grad()
 def predict_reprefill(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Tensor,
                       sampling: SamplingConfig = GREEDY, generator: torch.Generator | None = None,
-                      noise: torch.Tensor | None = None, greedy_rows: torch.Tensor | None = None):
-    """h_talker, e_cb0: [B, C] → codes [B, G-1], probs [B, G-1], embeds [B, G-1, C].
+                      noise: torch.Tensor | None = None, greedy_rows: torch.Tensor | None = None,
+                      alternatives: int = 0):
+    """h_talker, e_cb0: [B, C] → codes [B, G-1], probs [B, G-1], embeds [B, G-1, C]
+    (+ top codes [B, G-1, k], top probs [B, G-1, k] when alternatives=k > 0).
     greedy_rows [B] bool: rows of a sampling batch that decode greedily (see `choose`)."""
     if noise is None:
         noise = cp.frame_noise(h_talker.shape[0], sampling, generator, h_talker.device)
     seq = torch.stack([h_talker, e_cb0], dim=1)  # [B, 2, C]
-    codes, probs, embeds = [], [], []
+    steps = []
     for j in range(cp.num_code_groups - 1):
         hidden = cp.model(seq)  # the whole sequence, no cache
-        code, prob, emb = cp.step(j, hidden[:, -1], sampling, noise, greedy_rows)
-        codes.append(code), probs.append(prob), embeds.append(emb)
-        seq = torch.cat([seq, emb[:, None]], dim=1)  # [B, j+3, C]
-    return torch.stack(codes, 1), torch.stack(probs, 1), torch.stack(embeds, 1)
+        steps.append(cp.step(j, hidden[:, -1], sampling, noise, greedy_rows, alternatives))
+        seq = torch.cat([seq, steps[-1][2][:, None]], dim=1)  # [B, j+3, C]
+    return _stacked(steps, alternatives)
 
 
 @torch.no_grad()
 def predict_kv(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Tensor,
                sampling: SamplingConfig = GREEDY, generator: torch.Generator | None = None,
-               noise: torch.Tensor | None = None, greedy_rows: torch.Tensor | None = None, on_step=None):
+               noise: torch.Tensor | None = None, greedy_rows: torch.Tensor | None = None, on_step=None,
+               alternatives: int = 0):
     """Same contract as `predict_reprefill`; `on_step(cache)` is called after each forward (tests)."""
     G = cp.num_code_groups
     if noise is None:
         noise = cp.frame_noise(h_talker.shape[0], sampling, generator, h_talker.device)
     cache = cp.model.new_cache(h_talker.shape[0], G, like=h_talker)
     x = torch.stack([h_talker, e_cb0], dim=1)  # [B, 2, C] first, then [B, 1, C]
-    codes, probs, embeds = [], [], []
+    steps = []
     for j in range(G - 1):
         hidden = cp.model(x, cache, start=cache.length)
         if on_step is not None:
             on_step(cache)
-        code, prob, emb = cp.step(j, hidden[:, -1], sampling, noise, greedy_rows)
-        codes.append(code), probs.append(prob), embeds.append(emb)
-        x = emb[:, None]  # only the new position
-    return torch.stack(codes, 1), torch.stack(probs, 1), torch.stack(embeds, 1)
+        steps.append(cp.step(j, hidden[:, -1], sampling, noise, greedy_rows, alternatives))
+        x = steps[-1][2][:, None]  # only the new position
+    return _stacked(steps, alternatives)
+
+
+def _stacked(steps: list[tuple], alternatives: int) -> tuple[torch.Tensor, ...]:
+    """Per-step (code, prob, embed, top ids, top probs) → codes [B, G-1], probs, embeds [B, G-1, C]
+    (+ top codes, top probs [B, G-1, k])."""
+    num = 5 if alternatives else 3
+    return tuple(torch.stack([step[i] for step in steps], 1) for i in range(num))

@@ -219,12 +219,13 @@ class Code2Wav(nn.Module):
         return nn.ModuleList(decoder + [SnakeBeta(out_dim), CausalConvNet(out_dim, 1, 7)])
 
     def forward(self, codes: torch.Tensor, num_codebooks: int | None = None,
-                state: CodecState | None = None) -> torch.Tensor:
+                state: CodecState | None = None, keep: torch.Tensor | None = None) -> torch.Tensor:
         """codes: [B, Q, T] → wav [B, 1, num_samples(T)] in [-1, 1].
 
         `state` continues a stream (see `StreamingDecoder`): the output is then only the new final samples.
+        `keep` [B, Q, T] bool: cells marked False contribute nothing (see `embed`).
         """
-        h = self.embed(codes, num_codebooks)  # [B, T, C]
+        h = self.embed(codes, num_codebooks, keep)  # [B, T, C]
         h = self.pre_transformer(h, state).transpose(1, 2)  # [B, C, T]
         for blocks in self.upsample:
             for block in blocks:
@@ -233,13 +234,15 @@ class Code2Wav(nn.Module):
             h = block(h, state)
         return h.clamp(min=-1, max=1)
 
-    def embed(self, codes: torch.Tensor, num_codebooks: int | None = None) -> torch.Tensor:
+    def embed(self, codes: torch.Tensor, num_codebooks: int | None = None,
+              keep: torch.Tensor | None = None) -> torch.Tensor:
         """codes: [B, Q, T] → [B, T, C], the mean over the Q quantizers' embeddings.
 
         With `num_codebooks=k`, a coarser RVQ reconstruction: only the first k codebooks count
         and the others contribute nothing, i.e. (sum of the first k embeddings) / Q, not a mean
         over k: the residual levels left out are zero, as a k-level quantizer would give.
-        Codes may then carry just the first k rows.
+        Codes may then carry just the first k rows. `keep` [B, Q, T] bool drops single cells the
+        same way (False: that code's embedding is zero), e.g. one codebook over some frames.
         """
         Q = self.cfg.num_quantizers
         k = Q if num_codebooks is None else num_codebooks
@@ -247,7 +250,10 @@ class Code2Wav(nn.Module):
             raise ValueError(f"codes of shape {tuple(codes.shape)} with num_codebooks={num_codebooks}: "
                              f"expected [B, {Q}, T] (or at least the first num_codebooks rows), 1 <= k <= {Q}")
         offsets = torch.arange(k, device=codes.device)[None, :, None] * self.cfg.codebook_size  # [1, k, 1]
-        return self.code_embedding(codes[:, :k] + offsets).sum(1) / Q
+        emb = self.code_embedding(codes[:, :k] + offsets)  # [B, k, T, C]
+        if keep is not None:
+            emb = emb * keep[:, :k, :, None].to(emb.dtype)
+        return emb.sum(1) / Q
 
     def num_samples(self, num_frames: int) -> int:
         """Samples a whole-utterance decode of `num_frames` frames yields."""

@@ -8,7 +8,8 @@ without Python in between. What is compiled:
 
 - a whole frame of either code predictor (the 15 steps unrolled: fixed shapes for a
   batch bucket), with the sampling noise passed in, so a seed draws the codes eager draws;
-  one graph serves greedy and sampled rows together (`greedy_rows`).
+  one graph serves greedy and sampled rows together (`greedy_rows`), and returns the codes'
+  top-5 alternatives too;
   Its weights are frozen into the graph (they are read-only after loading): inductor
   then keeps float32 matmul weights pre-packed for MKL, which multiplies a batch of 16
   rows ~1.7x faster than the unpacked GEMM (measured: 122 vs 71 GFLOPS on 2 cores), at
@@ -37,6 +38,7 @@ import torch.nn.functional as F
 
 from .code_predictor import PREDICTOR_SAMPLING, CodePredictor, predict_kv, predict_reprefill
 from .layers import DecoderStack
+from .sampling import TOP_K_ALTERNATIVES
 
 OPTIONS = {"cpp_wrapper": True}  # the code launching the kernels is C++, not Python
 # One graph per (predictor, batch bucket, dtype) and one step per stack; the benchmark's
@@ -74,12 +76,14 @@ class CompiledPredictors:
         greedy_rows = F.pad(greedy_rows, (0, pad), value=True)
         fn, key = self.fns[name], (name, size, h.dtype, h.device)
         if key in self.compiled:
-            out = fn(self.cp, h, e0, PREDICTOR_SAMPLING, noise=noise, greedy_rows=greedy_rows)
+            out = fn(self.cp, h, e0, PREDICTOR_SAMPLING, noise=noise, greedy_rows=greedy_rows,
+                     alternatives=TOP_K_ALTERNATIVES)
         else:
             # The first call compiles. Freezing is process-wide config (passing it in torch.compile's
             # options changed nothing here), so it is set only for this call, one first call at a time.
             with self.lock, torch._inductor.config.patch(freezing=True):
-                out = fn(self.cp, h, e0, PREDICTOR_SAMPLING, noise=noise, greedy_rows=greedy_rows)
+                out = fn(self.cp, h, e0, PREDICTOR_SAMPLING, noise=noise, greedy_rows=greedy_rows,
+                         alternatives=TOP_K_ALTERNATIVES)
             self.compiled.add(key)
         return tuple(t[:B] for t in out)
 

@@ -1,7 +1,7 @@
 """The re-prefill code predictor as one CUDA graph per batch-size bucket.
 
 Re-prefill has no KV state, so a frame's whole 15-step loop (layers, lm_heads,
-sampling, codec embeddings) runs with the same shapes every time for a given
+sampling and its top-5 alternatives, codec embeddings) runs with the same shapes every time for a given
 batch size: it is captured once per bucket (1, 2, 4, 8, 16, 32) and replayed.
 Static buffers are sized for the largest bucket; a call copies its rows into
 `[:B]`, replays the graph of the smallest bucket that fits, and clones `[:B]` of
@@ -20,6 +20,7 @@ import threading
 import torch
 
 from .code_predictor import PREDICTOR_SAMPLING, CodePredictor, predict_reprefill
+from .sampling import TOP_K_ALTERNATIVES
 
 BUCKETS = (1, 2, 4, 8, 16, 32)
 
@@ -48,7 +49,8 @@ class GraphPredictor:
         B = h.shape[0]
         size = self.bucket(B)
         if size is None:  # larger than every bucket: eager
-            return predict_reprefill(self.cp, h, e0, PREDICTOR_SAMPLING, noise=noise, greedy_rows=greedy_rows)
+            return predict_reprefill(self.cp, h, e0, PREDICTOR_SAMPLING, noise=noise, greedy_rows=greedy_rows,
+                                     alternatives=TOP_K_ALTERNATIVES)
         with self.lock:
             graph, out = self.graphs.get(size) or self._capture(size)
             self.h[:B].copy_(h)
@@ -61,7 +63,7 @@ class GraphPredictor:
     def _capture(self, size: int):
         """Warm up on a side stream, then capture into the shared memory pool."""
         args = (self.cp, self.h[:size], self.e0[:size], PREDICTOR_SAMPLING)
-        kwargs = dict(noise=self.noise[:, :size], greedy_rows=self.greedy_rows[:size])
+        kwargs = dict(noise=self.noise[:, :size], greedy_rows=self.greedy_rows[:size], alternatives=TOP_K_ALTERNATIVES)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):

@@ -24,6 +24,8 @@ class Frame:
     mismatch: np.ndarray | None = None  # compare mode: bool [16], where the KV predictor disagreed
     other_codes: np.ndarray | None = None  # compare mode: the KV predictor's codes
     batch: int = 1  # requests that shared the engine step that made this frame
+    top_codes: np.ndarray | None = None  # int64 [16, 5]: each codebook's 5 most probable codes, most probable first
+    top_probs: np.ndarray | None = None  # float32 [16, 5]: their probabilities (the distribution `probs` is from)
 
 
 @dataclass
@@ -70,6 +72,8 @@ class Result:
     stats: Stats
     probs: np.ndarray | None = None  # float32 [T, 16]
     sample_rate: int = 24000
+    top_codes: np.ndarray | None = None  # int64 [T, 16, 5]: Frame.top_codes of every frame
+    top_probs: np.ndarray | None = None  # float32 [T, 16, 5]
 
 
 @dataclass

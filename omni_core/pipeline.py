@@ -198,20 +198,24 @@ class Pipeline:
 
     # ---- codes → audio ----------------------------------------------------------------------
 
-    def decode(self, codes, num_codebooks: int = 16) -> np.ndarray:
+    def decode(self, codes, num_codebooks: int = 16, drop=None) -> np.ndarray:
         """codes [T, 16] → float32 audio at 24 kHz, from the first `num_codebooks` codebooks
-        (in the engine's thread, between its steps)."""
+        (in the engine's thread, between its steps). `drop` [T, 16] bool: cells that contribute
+        nothing, as the codebooks past `num_codebooks` do (code surgery: "without CBj")."""
         codes = np.asarray(codes)
         G = self.config.num_code_groups
         if codes.ndim != 2 or codes.shape[1] != G:
             raise RequestError(f"codes must have shape [frames, {G}], got {list(codes.shape)}")
         if not 1 <= int(num_codebooks) <= G:
             raise RequestError(f"num_codebooks must be between 1 and {G}, got {num_codebooks}")
+        if drop is not None and np.shape(drop) != codes.shape:
+            raise RequestError(f"drop must have the codes' shape {list(codes.shape)}, got {list(np.shape(drop))}")
         if len(codes) == 0:
             return np.zeros(0, np.float32)
-        return self.engine.call(self._decode, codes, int(num_codebooks))
+        return self.engine.call(self._decode, codes, int(num_codebooks), drop)
 
     @torch.no_grad()
-    def _decode(self, codes: np.ndarray, num_codebooks: int) -> np.ndarray:
+    def _decode(self, codes: np.ndarray, num_codebooks: int, drop=None) -> np.ndarray:
         x = torch.as_tensor(codes, dtype=torch.long, device=self.device).T[None]  # [1, 16, T]
-        return self.codec(x, num_codebooks=num_codebooks)[0, 0].float().cpu().numpy()
+        keep = None if drop is None else ~torch.as_tensor(np.asarray(drop, bool), device=self.device).T[None]
+        return self.codec(x, num_codebooks=num_codebooks, keep=keep)[0, 0].float().cpu().numpy()

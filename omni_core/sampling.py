@@ -4,7 +4,8 @@ Order (HF's): repetition penalty → suppressed ids → (sampling only) temperat
 top-k → top-p. Greedy takes the argmax of the processed logits. Sampling uses an
 exponential race (argmax of p / Exp(1) noise), which draws exactly from p, needs
 no host sync and runs inside a CUDA graph. The probability of the chosen id under
-the processed distribution is returned alongside it (the app draws it).
+the processed distribution is returned alongside it (the app draws it), and
+`choose_with_alternatives` adds the top 5 of that distribution (the app's frame inspector).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+TOP_K_ALTERNATIVES = 5  # alternatives per chosen code that Frame carries (the app's inspector)
 
 
 @dataclass(frozen=True)
@@ -69,17 +72,43 @@ def choose(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator
     Sampling reads `noise` [B, V] when given, else draws it from `generator`. `greedy_rows` [B] bool
     (sampling only) marks rows of a mixed batch that decode greedily: they get exactly what a greedy
     call gives them, so one call serves requests with different settings."""
+    ids, prob, _, _ = choose_with_alternatives(logits, cfg, generator, noise, greedy_rows, k=0)
+    return ids, prob
+
+
+def choose_with_alternatives(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None = None,
+                             noise: torch.Tensor | None = None, greedy_rows: torch.Tensor | None = None,
+                             k: int = TOP_K_ALTERNATIVES):
+    """`choose`, plus the k most probable ids [B, k] int64 and their probabilities [B, k] float32 under
+    the same processed distribution the id was drawn from (greedy: softmax of the logits; sampling: after
+    temperature / top-k / top-p). Fixed shapes, no host sync: it runs inside compiled frames and CUDA
+    graphs. k=0 skips them (None, None). The chosen id and its probability are exactly `choose`'s."""
     logits = logits.float()
     if not cfg.do_sample:
+        probs = logits.softmax(dim=-1)
         ids = logits.argmax(dim=-1)
-        return ids, logits.softmax(dim=-1).gather(1, ids[:, None])[:, 0]
+        return (ids, probs.gather(1, ids[:, None])[:, 0], *_top(probs, k))
     probs = warp(logits, cfg).softmax(dim=-1)
     if noise is None:
         noise = draw_noise(probs.shape, generator, probs.device)
     ids = (probs / noise).argmax(dim=-1)
     prob = probs.gather(1, ids[:, None])[:, 0]
+    top_ids, top_probs = _top(probs, k)
     if greedy_rows is not None:
+        greedy_probs = logits.softmax(dim=-1)
         greedy_ids = logits.argmax(dim=-1)
-        greedy_prob = logits.softmax(dim=-1).gather(1, greedy_ids[:, None])[:, 0]
+        greedy_prob = greedy_probs.gather(1, greedy_ids[:, None])[:, 0]
         ids, prob = torch.where(greedy_rows, greedy_ids, ids), torch.where(greedy_rows, greedy_prob, prob)
-    return ids, prob
+        if k:
+            greedy_top_ids, greedy_top_probs = _top(greedy_probs, k)
+            top_ids = torch.where(greedy_rows[:, None], greedy_top_ids, top_ids)
+            top_probs = torch.where(greedy_rows[:, None], greedy_top_probs, top_probs)
+    return ids, prob, top_ids, top_probs
+
+
+def _top(probs: torch.Tensor, k: int):
+    """probs [B, V] → the k largest (ids [B, k], probs [B, k]), most probable first; (None, None) for k=0."""
+    if not k:
+        return None, None
+    top_probs, top_ids = torch.topk(probs, k, dim=-1)
+    return top_ids, top_probs

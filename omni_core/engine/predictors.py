@@ -4,7 +4,8 @@
 "reprefill" replays a CUDA graph on CUDA (unless a request opts out), runs the compiled
 frame with `compile=True`, else eager; "kv" is compiled or eager. Rows may mix greedy
 and sampled requests: each sampled row's noise comes from its own generator, greedy rows
-take the argmax (`choose(greedy_rows=...)`), so a row gets what it gets alone.
+take the argmax (`choose(greedy_rows=...)`), so a row gets what it gets alone. Every path also
+returns each code's top-5 alternatives, computed in the same call (`alternatives=5`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..code_predictor import GREEDY, PREDICTOR_SAMPLING, CodePredictor, predict_kv, predict_reprefill
+from ..sampling import TOP_K_ALTERNATIVES
 
 EAGER = {"reprefill": predict_reprefill, "kv": predict_kv}
 
@@ -39,11 +41,12 @@ class Predictors:
 
     def run(self, kind: str, h: torch.Tensor, e0: torch.Tensor, generators: list[torch.Generator | None],
             use_graph: bool = False):
-        """h, e0 [B, C]; generators[b] is row b's (None: greedy) → codes [B, 15], probs [B, 15], embeds [B, 15, C]."""
+        """h, e0 [B, C]; generators[b] is row b's (None: greedy) → codes [B, 15], probs [B, 15], embeds [B, 15, C],
+        top codes [B, 15, 5], top probs [B, 15, 5]."""
         self.calls += 1
         sample = [g is not None for g in generators]
         if not any(sample) and self.compiled is None and not use_graph:
-            return EAGER[kind](self.cp, h, e0, GREEDY)
+            return EAGER[kind](self.cp, h, e0, GREEDY, alternatives=TOP_K_ALTERNATIVES)
         noise = torch.cat([self.cp.frame_noise(1, PREDICTOR_SAMPLING, g, self.device) if g is not None
                            else torch.ones(self.cp.num_code_groups - 1, 1, self.cp.lm_head[0].weight.shape[0],
                                            device=self.device) for g in generators], dim=1)  # [G-1, B, V]
@@ -53,4 +56,4 @@ class Predictors:
         if self.compiled is not None:
             return self.compiled.run(kind, h, e0, noise, greedy_rows)
         return EAGER[kind](self.cp, h, e0, PREDICTOR_SAMPLING, noise=noise,
-                           greedy_rows=greedy_rows if not all(sample) else None)
+                           greedy_rows=greedy_rows if not all(sample) else None, alternatives=TOP_K_ALTERNATIVES)

@@ -181,10 +181,10 @@ class Engine:
                 h = torch.cat([s.hidden for s in rows])  # [B, C]
                 e0 = self.parts.talker.model.codec_embedding(torch.cat([cb0[s][0] for s in rows]))
                 gens = [s.gen_predictor[kind] if s.req.do_sample else None for s in rows]
-                codes, probs, embeds = preds.run(kind, h, e0, gens, use_graph=graph)
+                made = preds.run(kind, h, e0, gens, use_graph=graph)  # codes, probs, embeds, top codes, top probs
                 for b, seq in enumerate(rows):
                     seq.stats.cuda_graph |= graph
-                    out[seq, kind] = (codes[b:b + 1], probs[b:b + 1], embeds[b:b + 1])
+                    out[seq, kind] = tuple(t[b:b + 1] for t in made)
         self._charge("predictor", seqs, t)
         return out
 

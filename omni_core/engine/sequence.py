@@ -17,7 +17,8 @@ import torch
 
 from ..events import AudioChunk, Done, Frame, Result, Stats, TextDelta
 from ..request import MAX_FRAMES, SpeechRequest
-from ..sampling import SamplingConfig, choose, repetition_penalty, suppress
+from ..sampling import (TOP_K_ALTERNATIVES, SamplingConfig, choose, choose_with_alternatives, repetition_penalty,
+                        suppress)
 from ..streaming_codec import StreamingDecoder
 from ..talker_prompt import TalkerPromptBuilder, TextSteps
 from .parts import Parts
@@ -46,6 +47,7 @@ class Sequence:
         self.spent = dict.fromkeys(STAGES, 0.0)  # seconds per stage: the calls this request took part in
         self.step_spent = dict.fromkeys(STAGES, 0.0)  # the same, in the current step (Frame.talker_ms, ...)
         self.codes, self.probs, self.audio, self.pending = [], [], [], []  # pending: rows not yet decoded
+        self.top_codes, self.top_probs = [], []  # per frame: [16, 5] alternatives and their probabilities
         self.batches: list[int] = []  # requests in the step that made each frame
         self.mismatches = 0
         self.shown = 0  # reply tokens already sent as TextDelta
@@ -128,28 +130,33 @@ class Sequence:
         """The talker's next input [1, 1, C]: the last frame's summed embedding + text step k-1."""
         return self.parts.talker.embed_codes(self.last_cb0, self.last_embeds) + self.steps[len(self.codes) - 1]
 
-    def next_cb0(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """logits [1, V] from the codec head → CB0 [1] and its probability [1], with HF's processing."""
+    def next_cb0(self, logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """logits [1, V] from the codec head → CB0 [1], its probability [1], and the top-5 ids [1, 5] and
+        probabilities [1, 5] of the same processed distribution (HF's processing)."""
         logits = suppress(repetition_penalty(logits, self.history, self.req.repetition_penalty),
                           self.parts.suppress_mask)
-        cb0, prob = choose(logits, self.sampling, self.gen_talker)
-        self.history = torch.cat([self.history, cb0[:, None]], dim=1)
-        return cb0, prob
+        chosen = choose_with_alternatives(logits, self.sampling, self.gen_talker)
+        self.history = torch.cat([self.history, chosen[0][:, None]], dim=1)
+        return chosen
 
     # ---- output --------------------------------------------------------------------------------
 
-    def add_frame(self, cb0, p0, predicted, other, talker_ms: float, predictor_ms: float, batch: int) -> None:
-        """One frame: CB0 [1] with probability p0 [1]; predicted = (codes [1, 15], probs [1, 15],
-        embeds [1, 15, C]); other: the KV predictor's codes [1, 15] in compare mode."""
-        codes, probs, embeds = predicted
+    def add_frame(self, cb0, p0, top0, top0_probs, predicted, other, talker_ms: float, predictor_ms: float,
+                  batch: int) -> None:
+        """One frame: CB0 [1] with probability p0 [1] and alternatives top0, top0_probs [1, 5]; predicted =
+        (codes [1, 15], probs [1, 15], embeds [1, 15, C], top codes [1, 15, 5], top probs [1, 15, 5]);
+        other: the KV predictor's codes [1, 15] in compare mode."""
+        codes, probs, embeds, top, top_probs = predicted
         row = torch.cat([cb0, codes[0]]).cpu().numpy()
         frame = Frame(len(self.codes), row, torch.cat([p0, probs[0]]).float().cpu().numpy(), talker_ms,
-                      predictor_ms, batch=batch)
+                      predictor_ms, batch=batch, top_codes=torch.cat([top0, top[0]]).cpu().numpy(),
+                      top_probs=torch.cat([top0_probs, top_probs[0]]).float().cpu().numpy())
         if other is not None:
             frame.other_codes = np.concatenate([row[:1], other[0].cpu().numpy()])
             frame.mismatch = frame.other_codes != row
             self.mismatches += int(frame.mismatch.sum())
         self.codes.append(row), self.probs.append(frame.probs), self.batches.append(batch)
+        self.top_codes.append(frame.top_codes), self.top_probs.append(frame.top_probs)
         self.last_cb0, self.last_embeds = cb0, embeds
         self.emit(frame)
         self.pending.append(row)
@@ -223,8 +230,11 @@ class Sequence:
             spoken, skip_special_tokens=True)
         codes = np.stack(self.codes) if self.codes else np.zeros((0, G), np.int64)
         probs = np.stack(self.probs) if self.probs else np.zeros((0, G), np.float32)
+        k = TOP_K_ALTERNATIVES
+        top_codes = np.stack(self.top_codes) if self.top_codes else np.zeros((0, G, k), np.int64)
+        top_probs = np.stack(self.top_probs) if self.top_probs else np.zeros((0, G, k), np.float32)
         return Result(codes.astype(np.int64), audio.astype(np.float32), text, list(self.prompt_ids), spoken, s,
-                      probs, cfg.sample_rate)
+                      probs, cfg.sample_rate, top_codes.astype(np.int64), top_probs.astype(np.float32))
 
 
 def default_text_tokens(prompt_len: int) -> int:
