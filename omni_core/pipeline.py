@@ -189,8 +189,11 @@ class Pipeline:
         self.engine.parts = self.parts
 
     def warm_up(self) -> None:
-        """Run one short request per decode path, so that compiling (or capturing) happens now
-        and not in a user's first request."""
+        """Run one short request per decode path, and compile the predictor for every batch
+        bucket the engine can use, so that compiling happens now and not in a user's request."""
+        compiled = self.parts.predictors.compiled
+        if compiled is not None:
+            self.engine.call(torch.no_grad()(compiled.warm_up), self.engine.max_batch)
         for predictor in ("reprefill", "kv"):
             for do_sample in (False, True):
                 self.generate(SpeechRequest("warm up", mode="chat", predictor=predictor, do_sample=do_sample,
