@@ -99,10 +99,13 @@ def test_sampling_is_seeded(pipe):
 
 
 def test_default_lengths_scale_with_text(pipe):
+    """Without max_frames the limit is 8 + 4 per text token. This relies on the tiny model's random
+    weights never choosing codec EOS in these few frames (tests/test_eos.py covers the EOS path)."""
     short = pipe.generate(SpeechRequest("Hi."))
     longer = pipe.generate(SpeechRequest("Hi, this is a longer sentence."))
+    assert short.stats.stopped == longer.stats.stopped == "max_frames"
+    assert short.stats.frames == 8 + 4 * len(short.text_ids) + 4  # + the EOS, never spoken
     assert 0 < short.stats.frames < longer.stats.frames
-    assert short.stats.stopped == "max_frames"
 
 
 def test_bfloat16_runs():
