@@ -163,25 +163,12 @@ def ensure_real_width(layers: int = 1, root: Path | None = None, max_shard_size:
     """Path of the cached real-width checkpoint (bfloat16, as published), written on first use.
 
     About 3.5 GB on disk for 1 layer each; building it holds the float32 model (~7 GB)."""
-    import shutil
-    import tempfile
-
     import torch
 
-    target = (root or tiny.cache_dir()) / f"{NAME}-{layers}layer-v1"
-    if (target / "config.json").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{NAME}-", dir=target.parent))
-    try:
+    def write(folder: Path) -> None:
         model = build_hf_model(layers).to(torch.bfloat16)
-        model.save_pretrained(tmp, max_shard_size=max_shard_size)
+        model.save_pretrained(folder, max_shard_size=max_shard_size)
         del model
-        build_tokenizer().save_pretrained(tmp)
-        try:
-            tmp.rename(target)
-        except OSError:  # another process won the race; theirs is identical
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+        build_tokenizer().save_pretrained(folder)
+
+    return tiny.write_once((root or tiny.cache_dir()) / f"{NAME}-{layers}layer-v1", write)

@@ -214,12 +214,33 @@ def cache_dir() -> Path:
 
 def ensure_tiny(preset: str = "tiny", root: Path | None = None) -> Path:
     """Path of the cached tiny checkpoint, written on first use (atomically)."""
+
+    def write(folder: Path) -> None:
+        build_hf_model(preset).save_pretrained(folder, max_shard_size="2MB")
+        build_tokenizer().save_pretrained(folder)
+
+    return write_once((root or cache_dir()) / f"{preset}-v2", write)
+
+
+def write_once(target: Path, write) -> Path:
+    """`target`, made by write(folder) into a temporary folder beside it and renamed into place,
+    so that a reader never sees half a checkpoint; kept when it already exists."""
     import shutil
     import tempfile
 
-    target = (root or cache_dir()) / f"{preset}-v2"
     if (target / "config.json").exists():
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        write(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process won the race; theirs is identical
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{preset}-", dir=target.parent))
     try:
