@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import io
+import textwrap
 
 import numpy as np
 import plotly.graph_objects as go
@@ -32,6 +33,7 @@ HOVER_FRAMES = 120  # up to this many frames: a heatmap with per-cell hover (≈
 LIVE_COLUMNS = 400  # live updates: at most this many image columns (frames are strided beyond)
 MAX_MARKS = 200  # edited-cell outlines drawn at most
 EDIT_COLOUR = "#f43f5e"
+EMPTY_LINE_CHARS = 38  # an empty figure's message: ~270 px a line at 14 px
 
 
 def empty(message: str = "Press Generate: the 16 codebooks fill in here as frames arrive") -> go.Figure:
@@ -39,7 +41,9 @@ def empty(message: str = "Press Generate: the 16 codebooks fill in here as frame
     _layout(fig, "")
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+    # Plotly never wraps an annotation: short lines, so the message fits a phone-wide plot too.
+    fig.add_annotation(text="<br>".join(textwrap.wrap(message, EMPTY_LINE_CHARS)), showarrow=False, x=0.5, y=0.5,
+                       xref="paper", yref="paper",
                        font=dict(size=14, color="#64748b"))
     return fig
 

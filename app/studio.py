@@ -87,8 +87,9 @@ class Studio:
     # --- code surgery -----------------------------------------------------------------------------
 
     @reports_errors
-    def edit(self, op, codebook, start, end, value, seed, take: Take | None, view: str, kind: str):
-        """Apply one edit on top of the earlier ones, re-decode, redraw, and write the edited files."""
+    def edit(self, op, codebook, start, end, value, seed, take: Take | None, view: str, kind: str, index=0):
+        """Apply one edit on top of the earlier ones, re-decode, redraw (the inspected frame `index` too),
+        and write the edited files."""
         if take is None or take.frames == 0:
             raise gr.Error(NO_TAKE, print_exception=False)
         if not take.finished:
@@ -101,30 +102,37 @@ class Studio:
         take.edited_codes, take.drop = apply(codes, drop, edit)
         take.edits = [*take.edits, edit]
         take.edited_audio = self.pipe.decode(take.edited_codes, drop=take.drop)
-        return self._surgery_outputs(take, view, kind)
+        return self._surgery_outputs(take, view, kind, index)
 
     @reports_errors
-    def restore(self, take: Take | None, view: str, kind: str):
+    def restore(self, take: Take | None, view: str, kind: str, index=0):
         """Back to the original codes and audio."""
         if take is None or take.frames == 0:
             raise gr.Error(NO_TAKE, print_exception=False)
         take.edited_codes = take.drop = take.edited_audio = None
         take.edits = []
-        return self._surgery_outputs(take, view, kind)
+        return self._surgery_outputs(take, view, kind, index)
 
-    def _surgery_outputs(self, take: Take, view: str, kind: str):
+    def _surgery_outputs(self, take: Take, view: str, kind: str, index=0):
+        """heatmap, edited audio, edited files, edit log, statistics, spectrogram, take, and the inspected
+        frame's table and audio (its edited cells marked, its audio the edited take's)."""
+        try:
+            index = min(max(int(index), 0), take.frames - 1)
+        except (TypeError, ValueError):
+            index = 0
         codes, probs, mismatch = take.arrays()
         heatmap = figures.heatmap(codes, probs, mismatch, view, frame_ms=self.info["frame_ms"],
                                   codebook_size=self.info["codebook_size"], edited=take.edited_mask())
         stats = charts.cbstats(codebook_stats(codes, probs, self.info["codebook_size"]))
         if take.edited_audio is None:
-            return heatmap, None, None, inspector.edit_log([]), stats, self._spectrogram(take, kind), take
+            return (heatmap, None, None, inspector.edit_log([]), stats, self._spectrogram(take, kind), take,
+                    self._inspect(index, take), self._frame_audio(index, take))
         folder = self.outputs.new()
         files = [write_wav(folder, take.edited_audio, self.info["sample_rate"], "edited.wav"),
                  *write_codes(folder, codes, take.text, {"edits": [e.describe() for e in take.edits]})]
         audio = self.info["sample_rate"], to_int16(take.edited_audio)
         return (heatmap, audio, [str(p) for p in files], inspector.edit_log(take.edits), stats,
-                self._spectrogram(take, kind), take)
+                self._spectrogram(take, kind), take, self._inspect(index, take), self._frame_audio(index, take))
 
     @reports_errors
     def listen_without(self, codebook, take: Take | None):

@@ -184,11 +184,12 @@ def build_ui(pipe, outputs: OutputDir) -> gr.Blocks:
                      trigger_mode="always_last", show_progress="hidden")
         spectro_kind.change(studio.spectrogram, inputs=[spectro_kind, take], outputs=[spectrogram], queue=False,
                             api_visibility="private")
-        surgery_outputs_page = [heatmap, edit_audio, edit_files, edit_log, cbstats, spectrogram, take]
+        surgery_outputs_page = [heatmap, edit_audio, edit_files, edit_log, cbstats, spectrogram, take, frame_view,
+                                frame_audio]
         edit_apply.click(studio.edit, inputs=[edit_op, edit_cb, edit_start, edit_end, edit_value, edit_seed, take,
-                                              view, spectro_kind],
+                                              view, spectro_kind, frame],
                          outputs=surgery_outputs_page, concurrency_id="engine", api_visibility="private")
-        edit_restore.click(studio.restore, inputs=[take, view, spectro_kind], outputs=surgery_outputs_page,
+        edit_restore.click(studio.restore, inputs=[take, view, spectro_kind, frame], outputs=surgery_outputs_page,
                            api_visibility="private")
         listen_without.click(studio.listen_without, inputs=[without, take], outputs=[listen_audio],
                              concurrency_id="engine", api_visibility="private")

@@ -89,3 +89,11 @@ def test_header_says_which_model_and_whether_compiled():
     plain = panels.header(info, streaming=True)
     assert "tiny" in plain and "Random weights" in plain and "compile" not in plain
     assert "torch.compile'd" in panels.header({**info, "compiled": True}, streaming=True)
+
+
+def test_an_empty_figures_message_is_wrapped_to_fit_a_phone():
+    message = "Pin a take, then make another: their differences show here"
+    text = figures.empty(message).layout.annotations[0].text
+    lines = text.split("<br>")
+    assert len(lines) > 1 and " ".join(lines) == message
+    assert all(len(line) <= figures.EMPTY_LINE_CHARS for line in lines)

@@ -98,6 +98,18 @@ def test_edit_a_codebook_and_hear_the_redecode(page):
     page.locator("#edit-apply").click()
     page.wait_for_function("() => document.querySelector('#edit-log')?.innerText.includes('CB2 frames 5..20')")
     page.wait_for_function("() => document.querySelector('#heatmap .gtitle')?.textContent.includes('16 edited cells')")
+    # The inspected frame (17, inside the edit) is redrawn with CB2 marked as dropped.
+    page.wait_for_function("() => document.querySelector('#inspector')?.innerText.includes('dropped')")
+    assert "frame 17" in page.locator("#inspector").inner_text()
+    # On a phone the inspector (its notes and alternatives) wraps inside the screen's width.
+    page.set_viewport_size({"width": 390, "height": 844})
+    try:
+        page.wait_for_timeout(500)
+        overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+        page.locator("#inspector").screenshot(path=str(SCREENSHOTS / "inspect-phone-inspector.png"))
+        assert overflow <= 1, f"the page is {overflow}px wider than a 390px phone screen"
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 1000})
     play(page, "audio-edit")
     shot(page, "surgery")
     page.locator("#edit-codebook input").fill("16")
@@ -105,6 +117,7 @@ def test_edit_a_codebook_and_hear_the_redecode(page):
     page.get_by_text("codebook 16 is outside 0..15").first.wait_for()
     page.locator("#edit-restore").click()
     page.wait_for_function("() => !document.querySelector('#heatmap .gtitle')?.textContent.includes('edited')")
+    page.wait_for_function("() => !document.querySelector('#inspector')?.innerText.includes('dropped')")
 
 
 def test_pin_a_generate_b_and_see_the_diff(page):
