@@ -70,7 +70,9 @@ def finished(stats: dict, text: str) -> str:
         ("predictor / frame", "–" if per_frame is None else f"{per_frame:.2f} ms"),
     ]
     if stats.get("batch_max"):
-        cards.append(("requests per step", f'{_sharing(stats["batch_max"])} at most · {stats["batch_mean"]:.1f} mean'))
+        shared = ("alone" if stats["batch_max"] <= 1
+                  else f'up to {stats["batch_max"]} · mean {stats["batch_mean"]:.1f}')
+        cards.append(("requests per engine step", shared))
     if stats.get("mismatches") is not None:
         cards.append(("predictor mismatches", str(stats["mismatches"])))
     return _panel(title, cards, _stage_bar(stats), stats.get("warnings") or [], text)
