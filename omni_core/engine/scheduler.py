@@ -184,7 +184,7 @@ class Engine:
                 made = preds.run(kind, h, e0, gens, use_graph=graph)  # codes, probs, embeds, top codes, top probs
                 for b, seq in enumerate(rows):
                     seq.stats.cuda_graph |= graph
-                    out[seq, kind] = tuple(t[b:b + 1] for t in made)
+                    out[seq, kind] = tuple(x[b:b + 1] for x in made)
         self._charge("predictor", seqs, t)
         return out
 
