@@ -241,15 +241,3 @@ def write_once(target: Path, write) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{preset}-", dir=target.parent))
-    try:
-        build_hf_model(preset).save_pretrained(tmp, max_shard_size="2MB")
-        build_tokenizer().save_pretrained(tmp)
-        try:
-            tmp.rename(target)
-        except OSError:  # another process won the race; theirs is identical
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
