@@ -92,11 +92,12 @@ class CompiledPredictors:
         cp, weight = self.cp, self.cp.lm_head[0].weight
         V, C, G = weight.shape[0], weight.shape[1], cp.num_code_groups
         for size in BUCKETS[:next((i for i, b in enumerate(BUCKETS) if b >= max_rows), len(BUCKETS) - 1) + 1]:
-            h = torch.zeros(size, C, dtype=weight.dtype, device=weight.device)
+            h, e0 = (torch.zeros(size, C, dtype=weight.dtype, device=weight.device) for _ in range(2))  # not one
+            # tensor twice: dynamo would specialise the graph to the aliasing and compile again later
             noise = torch.ones(G - 1, size, V, device=weight.device)
             greedy = torch.ones(size, dtype=torch.bool, device=weight.device)
             for name in self.fns:
-                self.run(name, h, h, noise, greedy)
+                self.run(name, h, e0, noise, greedy)
 
 
 def compile_step(stack: DecoderStack) -> None:
