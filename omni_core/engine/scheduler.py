@@ -120,7 +120,8 @@ class Engine:
         while self.waiting and len(self.running) < self.max_batch:
             seq = self.waiting.popleft()
             self.running.append(seq)
-            self._guard(seq, "thinker", [seq], seq.admit)
+            # Chat admission is the thinker's prefill; speak mode's is the talker's prompt pieces.
+            self._guard(seq, "thinker" if seq.req.mode == "chat" else "talker", [seq], seq.admit)
 
     def think(self, seqs: list[Sequence]) -> None:
         """One reply token for each chat request that needs one: one batched thinker step."""
