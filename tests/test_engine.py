@@ -69,15 +69,17 @@ def staggered(pipe, requests, after_frames: int = 3):
     def run(i):
         started[i].wait()
         frames = 0
-        for event in pipe.stream(requests[i]):
-            if isinstance(event, Frame):
-                frames += 1
-                if frames == after_frames:
-                    started[i + 1].set()
-            if isinstance(event, Done):
-                started[i + 1].set()
-                results[i] = event.result
-                return
+        try:
+            for event in pipe.stream(requests[i]):
+                if isinstance(event, Frame):
+                    frames += 1
+                    if frames == after_frames:
+                        started[i + 1].set()
+                if isinstance(event, Done):
+                    results[i] = event.result
+                    return
+        finally:
+            started[i + 1].set()  # also when this request failed: the next ones still run
 
     with ThreadPoolExecutor(len(requests)) as pool:
         list(pool.map(run, range(len(requests))))
