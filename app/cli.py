@@ -13,6 +13,13 @@ def default_threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+def _at_least_one(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="app.py", description="Omni Speech Lab: hear Qwen3-Omni's speech path and see its 16 codebooks.")
@@ -32,7 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--share", action="store_true", help="also open a public gradio.live link")
     parser.add_argument("--threads", type=int, default=default_threads(),
                         help="CPU threads for the engine's kernels (default: all cores; one engine thread runs every request)")
-    parser.add_argument("--max-batch", type=int, default=MAX_BATCH,
+    parser.add_argument("--max-batch", type=_at_least_one, default=MAX_BATCH,
                         help=f"requests the engine advances together in one step (default: {MAX_BATCH}); more wait in the queue")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the decode steps: the same codes, several times faster on small "

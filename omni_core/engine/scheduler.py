@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 class Engine:
     def __init__(self, parts: Parts, max_batch: int = 16, time_budget_s: float | None = None):
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be a whole number of at least 1, got {max_batch!r}")
         self.parts, self.max_batch, self.time_budget_s = parts, max_batch, time_budget_s
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()  # new Sequences and (fn, args, Future) calls
         self.waiting: deque[Sequence] = deque()
