@@ -43,7 +43,9 @@ from .sampling import TOP_K_ALTERNATIVES
 OPTIONS = {"cpp_wrapper": True}  # the code launching the kernels is C++, not Python
 # One graph per (predictor, batch bucket, dtype) and one step per stack; the benchmark's
 # real-size sweep needs more than the default 8 per function, and would then run eager unnoticed.
-torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+# Set per compiled region, not in dynamo's process-wide config (which other code may change): in the
+# batched engine the one-token step meets caches of several lengths and capacities in one step.
+RECOMPILE_LIMIT = 64
 BUCKETS = (1, 4, 16, 32)  # rows per compiled predictor frame: a batch is padded up to its bucket, so a
 # few graphs serve every batch (each compiles for a minute or more on 2 cores)
 
@@ -60,7 +62,8 @@ class CompiledPredictors:
 
     def __init__(self, cp: CodePredictor):
         self.cp = cp
-        self.fns = {name: torch.compile(fresh(fn), fullgraph=True, dynamic=False, options=OPTIONS)
+        self.fns = {name: torch.compile(fresh(fn), fullgraph=True, dynamic=False, options=OPTIONS,
+                                        recompile_limit=RECOMPILE_LIMIT)
                     for name, fn in (("reprefill", predict_reprefill), ("kv", predict_kv))}
         self.compiled: set[tuple] = set()  # (name, bucket, dtype, device) seen
         self.lock = threading.Lock()
@@ -106,4 +109,5 @@ def compile_step(stack: DecoderStack) -> None:
     def step(h, cos, sin, cache):
         return stack.run_layers(h, cos, sin, cache)
 
-    stack.compiled_step = torch.compile(fresh(step), fullgraph=True, dynamic=True, options=OPTIONS)
+    stack.compiled_step = torch.compile(fresh(step), fullgraph=True, dynamic=True, options=OPTIONS,
+                                        recompile_limit=RECOMPILE_LIMIT)
