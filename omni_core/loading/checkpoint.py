@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .config import CheckpointError, OmniConfig
+from omni_core.models.config import CheckpointError, OmniConfig
 
 TOKENIZER_FILES = ("tokenizer_config.json",)
 TOKENIZER_VOCAB = (("tokenizer.json",), ("vocab.json", "merges.txt"))
