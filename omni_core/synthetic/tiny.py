@@ -7,6 +7,7 @@ Two presets of different shapes exist so that tests catch shape assumptions.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -222,6 +223,23 @@ def ensure_tiny(preset: str = "tiny", root: Path | None = None) -> Path:
     return write_once((root or cache_dir()) / f"{preset}-v2", write)
 
 
+@contextlib.contextmanager
+def quiet_transformers():
+    """Building a synthetic checkpoint is not the user's business: transformers' warnings about the
+    MRoPE keys its own config classes carry, and its shard-writing progress bar, stay off the console."""
+    from transformers.utils import logging as hf_logging
+
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 def write_once(target: Path, write) -> Path:
     """`target`, made by write(folder) into a temporary folder beside it and renamed into place,
     so that a reader never sees half a checkpoint; kept when it already exists."""
@@ -233,7 +251,8 @@ def write_once(target: Path, write) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        write(tmp)
+        with quiet_transformers():
+            write(tmp)
         try:
             tmp.rename(target)
         except OSError:  # another process won the race; theirs is identical
