@@ -17,7 +17,7 @@ import gradio as gr
 from app import layout
 from app.files import OutputDir
 from app.handlers import Lab, SynthOut
-from app.studio import Studio
+from app.studio import AfterTake, Studio, SurgeryOut
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 JS = (STATIC / "lab.js").read_text()  # heatmap click → frame slider; the playhead
@@ -39,9 +39,7 @@ def wire(p: SimpleNamespace, lab: Lab, studio: Studio) -> None:
     synth_inputs = [p.text, p.mode, p.speaker, p.predictor, p.cuda_graph, p.do_sample, p.temperature, p.top_k,
                     p.top_p, p.seed, p.max_frames, p.view]
     after_take = dict(fn=studio.after_take, inputs=[p.take, p.pinned, p.spectro_kind],
-                      outputs=[p.cbstats, p.spectrogram, p.frame, p.frame_view, p.ab_plot, p.ab_text, p.audio_b,
-                               p.edit_log, p.edit_audio],
-                      show_progress="hidden", **private)
+                      outputs=[getattr(p, name) for name in AfterTake._fields], show_progress="hidden", **private)
     gr.on([p.generate.click, p.text.submit], lab.synthesize, inputs=synth_inputs,
           outputs=list(SynthOut(audio=p.audio, heatmap=p.heatmap, stats=p.stats, files=p.files, take=p.take)),
           api_name="synthesize", concurrency_id="engine", show_progress="minimal").then(**after_take)
@@ -57,8 +55,7 @@ def wire(p: SimpleNamespace, lab: Lab, studio: Studio) -> None:
                    trigger_mode="always_last", show_progress="hidden", **private)
     p.spectro_kind.change(studio.spectrogram, inputs=[p.spectro_kind, p.take], outputs=[p.spectrogram],
                           queue=False, **private)
-    surgery_outputs = [p.heatmap, p.edit_audio, p.edit_files, p.edit_log, p.cbstats, p.spectrogram, p.take,
-                       p.frame_view, p.frame_audio]
+    surgery_outputs = [getattr(p, name) for name in SurgeryOut._fields]
     p.edit_apply.click(studio.edit, inputs=[p.edit_op, p.edit_cb, p.edit_start, p.edit_end, p.edit_value,
                                             p.edit_seed, p.take, p.view, p.spectro_kind, p.frame],
                        outputs=surgery_outputs, concurrency_id="engine", **private)
