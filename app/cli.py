@@ -23,9 +23,10 @@ def _at_least_one(value: str) -> int:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="app.py", description="Omni Speech Lab: hear Qwen3-Omni's speech path and see its 16 codebooks.")
-    parser.add_argument("--model", default="tiny",
-                        help='"tiny" (embedded random-weight model, the default), a local Qwen3-Omni checkpoint '
-                             'directory, or a hub id such as Qwen/Qwen3-Omni-30B-A3B-Instruct (downloaded into the hub cache)')
+    parser.add_argument("--model", default=os.environ.get("OMNI_MODEL") or "tiny",
+                        help='"tiny" (embedded random-weight model, the default), a local checkpoint directory, '
+                             'or a hub id such as Qwen/Qwen3-Omni-30B-A3B-Instruct (downloaded into the hub cache); '
+                             'default: $OMNI_MODEL, else tiny (a Space sets it in its settings)')
     parser.add_argument("--revision", default=None,
                         help="the hub id's branch, tag or commit (default: its default branch)")
     parser.add_argument("--force", action="store_true",

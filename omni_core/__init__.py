@@ -6,11 +6,11 @@ takes, the events it yields and their order, determinism, the parity oracle) is
 docs/ENGINE.md in the repository.
 """
 
-from .codes_io import check_codes, codes_to_json, load_codes
-from .config import CheckpointError
-from .events import AudioChunk, Done, Frame, Result, Stats, TextDelta
-from .pipeline import Pipeline, load_pipeline
-from .request import MAX_FRAMES, MAX_TEXT_CHARS, RequestError, SpeechRequest
+from omni_core.codes_io import check_codes, codes_to_json, load_codes
+from omni_core.models.config import CheckpointError
+from omni_core.events import AudioChunk, Done, Frame, Result, Stats, TextDelta
+from omni_core.pipeline import Pipeline, load_pipeline
+from omni_core.request import MAX_FRAMES, MAX_TEXT_CHARS, RequestError, SpeechRequest
 
 __all__ = [
     "load_pipeline", "Pipeline", "SpeechRequest", "RequestError", "CheckpointError",

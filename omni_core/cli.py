@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--only", nargs="*", default=None, help="sections to run, by letter (e.g. f g)")
     args = parser.parse_args(argv)
     if args.command == "bench":
-        from .bench import main as bench_main
+        from benchmarks.bench import main as bench_main
         return bench_main(quick=args.quick, json_path=args.json, only=args.only)
     return _synth(args)
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 def _synth(args) -> int:
     import soundfile as sf
 
-    from . import CheckpointError, RequestError, SpeechRequest, codes_to_json, load_pipeline
+    from omni_core import CheckpointError, RequestError, SpeechRequest, codes_to_json, load_pipeline
 
     try:
         pipe = load_pipeline(args.model, device=args.device, dtype=args.dtype, compile=args.compile,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .request import MAX_FRAMES, RequestError
+from omni_core.request import MAX_FRAMES, RequestError
 
 MAX_FILE_BYTES = 5 * 1024 * 1024
 NUM_CODEBOOKS = 16

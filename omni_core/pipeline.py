@@ -1,55 +1,25 @@
 """`load_pipeline` and `Pipeline`: the public face of the engine.
 
 A Pipeline holds the weights and the tokenizer, read-only after loading, and one
-`Engine` (engine/scheduler.py) whose thread runs every request: each step advances
+`Engine` (engine/loop.py) whose thread runs every request: each step advances
 all running requests together, and each request keeps its own caches and generators.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from . import memory, tiny
-from .checkpoint import load_tokenizer, load_weights, materialize, read_config
-from .codec import Code2Wav
-from .config import CheckpointError, OmniConfig
-from .engine import Engine, Parts, Predictors, Sequence, Stream
-from .events import Done, Result
-from .hub import resolve_source
-from .request import RequestError, SpeechRequest
-from .talker import Talker
-from .thinker import Thinker
+from omni_core.engine import Engine, Sequence, SpeechModel, Stream
+from omni_core.events import Done, Result
+from omni_core.fast.predictors import Predictors
+from omni_core.loading.recipe import LoadedModel, load_model
+from omni_core.request import RequestError, SpeechRequest
 
 log = logging.getLogger(__name__)
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise CheckpointError(f"unknown device {device!r}: use 'auto', 'cpu' or 'cuda'") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise CheckpointError("device 'cuda' was asked for, but CUDA is not available here")
-    return dev
-
-
-def resolve_dtype(dtype: str | torch.dtype, cfg: OmniConfig) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    name = cfg.torch_dtype if dtype == "auto" else str(dtype).replace("torch.", "")
-    if name not in DTYPES:
-        raise CheckpointError(f"unsupported dtype {name!r}: use one of auto, {', '.join(DTYPES)}")
-    return DTYPES[name]
 
 
 def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto",
@@ -57,64 +27,45 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
                   compile: bool = False, revision: str | None = None, force: bool = False,
                   max_batch: int = 16) -> "Pipeline":
     """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape), a checkpoint directory,
-    or a hub id ('Qwen/Qwen3-Omni-30B-A3B-Instruct', fetched into the hub cache: hub.py), or
+    or a hub id ('Qwen/Qwen3-Omni-30B-A3B-Instruct', fetched into the hub cache: loading/hub.py), or
     'random:qwen3-omni-30b-a3b[?layers=N]': the real speech path with random weights drawn on the
-    device, no files (random_weights.py; layers=N cuts the thinker and the talker).
+    device, no files (loading/random_weights.py; layers=N cuts the thinker and the talker).
 
     threads: CPU threads for torch's kernels (process-wide; None leaves torch's default). The engine
     runs every request in its one thread, so it can have all the cores.
     time_budget_s: the most one request may run before it is stopped (None: no limit).
-    compile: decode with torch.compile'd steps and predictor frames (compiled.py): the same codes,
+    compile: decode with torch.compile'd steps and predictor frames (fast/compiled.py): the same codes,
     several times faster on small models; the first request of each kind compiles first.
     revision: the hub id's branch, tag or commit (None: the default branch).
-    force: load even when the memory check (memory.py) says the weights do not fit.
+    force: load even when the memory check (loading/memory.py) says the weights do not fit.
     max_batch: the most requests the engine advances together; more wait their turn."""
     if threads is not None:
         torch.set_num_threads(max(1, int(threads)))
-    if str(source).startswith("random:"):  # full size, random weights, no files (random_weights.py)
-        from .random_weights import load_random
-        pipe = load_random(str(source), device=device, dtype=dtype, force=force, max_batch=max_batch)
-        pipe.time_budget_s = time_budget_s
-        log.info(pipe.load_report)
-        if compile:
-            pipe.enable_compile()
-        return pipe
-    random_weights = str(source) in tiny.PRESETS
-    path = resolve_source(source, revision)
-    start = time.perf_counter()  # load time: after any download
-    cfg = read_config(path)
-    tokenizer = load_tokenizer(path)
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, cfg)
-    needs = memory.plan(path, dt)
-    free = memory.check(needs, dev, force)
-    with torch.device("meta"):
-        thinker, talker, codec = Thinker(cfg.thinker), Talker(cfg), Code2Wav(cfg.codec)
-    modules = {"thinker": thinker, "talker": talker, "code2wav": codec}
-    for m in modules.values():
-        materialize(m, dev, dt).eval().requires_grad_(False)
-    load_weights(modules, path)
-    pipe = Pipeline(cfg, thinker, talker, codec, tokenizer, dev, dt, str(source), random_weights, max_batch)
+    loaded = load_model(source, device=device, dtype=dtype, revision=revision, force=force)
+    log.info(loaded.report)
+    pipe = Pipeline(loaded, max_batch=max_batch, compile=compile)
     pipe.time_budget_s = time_budget_s
-    pipe.load_report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)
-    log.info(pipe.load_report)
-    if compile:
-        pipe.enable_compile()
     return pipe
 
 
 class Pipeline:
-    def __init__(self, config: OmniConfig, thinker: Thinker, talker: Talker, codec: Code2Wav, tokenizer,
-                 device: torch.device, dtype: torch.dtype, source: str, random_weights: bool,
-                 max_batch: int = 16):
-        self.config, self.thinker, self.talker, self.codec = config, thinker, talker, codec
-        self.tokenizer, self.device, self.dtype = tokenizer, device, dtype
-        self.source, self.random_weights = source, random_weights
-        self.speakers = sorted(config.speakers)
-        self.default_speaker = "ethan" if "ethan" in config.speakers else self.speakers[0]
-        self.parts = Parts(config, thinker, talker, codec, tokenizer, device, dtype,
-                           Predictors(talker.code_predictor, device), self._suppress_mask(), self.default_speaker)
-        self.engine = Engine(self.parts, max_batch)
+    """The loaded speech path and the engine that serves it. Weights and tokenizer are read-only."""
+
+    def __init__(self, loaded: LoadedModel, max_batch: int = 16, compile: bool = False):
+        self.config, self.tokenizer = loaded.config, loaded.tokenizer
+        self.thinker, self.talker, self.code2wav = (loaded.modules[k] for k in ("thinker", "talker", "code2wav"))
+        self.device, self.dtype = loaded.device, loaded.dtype
+        self.source, self.random_weights, self.load_report = loaded.source, loaded.random_weights, loaded.report
+        self.speakers = sorted(self.config.speakers)
+        self.default_speaker = "ethan" if "ethan" in self.config.speakers else self.speakers[0]
+        if compile:
+            from omni_core.fast.compiled import compile_step
+            for stack in (self.thinker.model, self.talker.model):
+                compile_step(stack)
+        self.predictors = Predictors(self.talker.code_predictor, self.device, compiled=compile)
+        self.model = SpeechModel(self.config, self.thinker, self.talker, self.code2wav, self.tokenizer,
+                                 self.device, self.dtype, self.predictors, self._suppress_mask(), self.default_speaker)
+        self.engine = Engine(self.model, max_batch)
 
     @property
     def info(self) -> dict:
@@ -133,15 +84,20 @@ class Pipeline:
     @property
     def time_budget_s(self) -> float | None:
         """The most one request may run, from when the engine takes it in (None: no limit)."""
-        return self.engine.time_budget_s
+        return self.engine.scheduler.time_budget_s
 
     @time_budget_s.setter
     def time_budget_s(self, seconds: float | None) -> None:
-        self.engine.time_budget_s = seconds
+        self.engine.scheduler.time_budget_s = seconds
 
     @property
     def compiled(self) -> bool:
-        return self.parts.predictors.compiled is not None
+        return self.predictors.compiled is not None
+
+    @property
+    def active(self) -> int:
+        """Requests the engine has taken in and not finished (waiting or running)."""
+        return self.engine.active
 
     # ---- requests ---------------------------------------------------------------------------
 
@@ -151,7 +107,16 @@ class Pipeline:
         `Stream.close()` stops the request at the next step. overlap=False: the thinker writes
         its whole reply before the talker starts (the same codes; a check of the overlap)."""
         clean, warnings = self.check(request)
-        return Stream(self.engine, Sequence(self.parts, clean, warnings, cancel, overlap))
+        return Stream(self.engine, Sequence(clean, warnings, self.device, self.dtype, cancel, overlap))
+
+    def stream_together(self, requests: list[SpeechRequest]) -> list[Stream]:
+        """Streams for several requests handed to the engine at once: they are taken in at the same
+        step (as many as max_batch allows), so they share steps from their first frame."""
+        streams = [self.stream(r) for r in requests]
+        self.engine.submit(*(s._seq for s in streams))
+        for s in streams:
+            s.mark_submitted()
+        return streams
 
     def generate(self, request: SpeechRequest, **kwargs) -> Result:
         with self.stream(request, **kwargs) as events:
@@ -160,16 +125,21 @@ class Pipeline:
                     return event.result
         raise RuntimeError("the stream ended without a result")
 
+    def call(self, fn, *args):
+        """Run fn(*args) in the engine's thread between two steps (a profiler, a debugger) and return
+        its result: torch work belongs to that thread."""
+        return self.engine.call(fn, *args)
+
     def check(self, request: SpeechRequest) -> tuple[SpeechRequest, list[str]]:
         if not isinstance(request, SpeechRequest):
             raise RequestError("pass a SpeechRequest")
         return request.checked(self.speakers)
 
     def chat_prompt(self, text: str) -> list[int]:
-        return self.parts.chat_prompt(text)
+        return self.model.chat_prompt(text)
 
     def speaker_id(self, speaker: str | None) -> int:
-        return self.parts.speaker_id(speaker)
+        return self.model.speaker_id(speaker)
 
     def _suppress_mask(self) -> torch.Tensor:
         """HF suppresses the talker's last 1024 ids (special codec ids) except codec EOS."""
@@ -179,19 +149,10 @@ class Pipeline:
         mask[self.config.codec_ids["codec_eos_token_id"]] = False
         return mask
 
-    def enable_compile(self) -> None:
-        """Compiled decode steps and predictor frames from now on, this pipeline's own (compiled.py)."""
-        from .compiled import compile_step
-        for stack in (self.thinker.model, self.talker.model):
-            compile_step(stack)
-        self.parts = replace(self.parts, predictors=Predictors(self.talker.code_predictor, self.device,
-                                                                compiled=True))
-        self.engine.parts = self.parts
-
     def warm_up(self) -> None:
         """Run one short request per decode path, and compile the predictor for every batch
         bucket the engine can use, so that compiling happens now and not in a user's request."""
-        compiled = self.parts.predictors.compiled
+        compiled = self.predictors.compiled
         if compiled is not None:
             self.engine.call(torch.no_grad()(compiled.warm_up), self.engine.max_batch)
         for predictor in ("reprefill", "kv"):
@@ -221,4 +182,4 @@ class Pipeline:
     def _decode(self, codes: np.ndarray, num_codebooks: int, drop=None) -> np.ndarray:
         x = torch.as_tensor(codes, dtype=torch.long, device=self.device).T[None]  # [1, 16, T]
         keep = None if drop is None else ~torch.as_tensor(np.asarray(drop, bool), device=self.device).T[None]
-        return self.codec(x, num_codebooks=num_codebooks, keep=keep)[0, 0].float().cpu().numpy()
+        return self.code2wav(x, num_codebooks=num_codebooks, keep=keep)[0, 0].float().cpu().numpy()

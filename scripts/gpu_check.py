@@ -14,7 +14,7 @@ skipped and says so):
               a warm-up request, then speak mode, --frames frames, re-prefill predictor with
               the CUDA graph: first audio, per-stage seconds (result.stats), RTF, peak memory
   concurrent  --concurrent requests at once from threads: wall time, each one's first audio
-  compiled    the predictor's compiled KV frame (compiled.py) per batch, while the budget lasts:
+  compiled    the predictor's compiled KV frame (fast/compiled.py) per batch, while the budget lasts:
               compiling one batch size takes a minute or more, so it comes last
 
     python scripts/gpu_check.py                          # on the GPU, all of it
@@ -177,8 +177,8 @@ def junit_counts(path: Path) -> dict:
 def predictor(args, deadline: float) -> dict:
     import torch
 
-    from omni_core.bench import interleaved, real_predictor
-    from omni_core.code_predictor import predict_kv, predict_reprefill
+    from benchmarks.bench import interleaved, real_predictor
+    from omni_core.models.code_predictor import predict_kv, predict_reprefill
     from omni_core.engine import Predictors
 
     dtype = getattr(torch, args.dtype)
@@ -219,8 +219,8 @@ def compiled(args, deadline: float) -> dict:
     """Compiled KV per batch size while the budget lasts (each size compiles once, first)."""
     import torch
 
-    from omni_core.bench import interleaved, real_predictor
-    from omni_core.code_predictor import predict_kv
+    from benchmarks.bench import interleaved, real_predictor
+    from omni_core.models.code_predictor import predict_kv
     from omni_core.engine import Predictors
 
     dtype = getattr(torch, args.dtype)

@@ -4,4 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --dev
-exec .venv/bin/python -m pytest -q tests "$@"
+# Caches that a second run reuses (git-ignored): the synthetic checkpoints (the real-width one is
+# 3.6 GB) and inductor's compiled kernels.
+export OMNI_CORE_CACHE="${OMNI_CORE_CACHE:-$PWD/.cache/omni_core}"
+export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$PWD/.cache/inductor}"
+exec .venv/bin/python -m pytest -q --durations=15 tests "$@"

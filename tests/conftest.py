@@ -34,7 +34,7 @@ def hf_reference(preset: str):
     import torch
     from transformers import Qwen3OmniMoeForConditionalGeneration
 
-    from omni_core.tiny import ensure_tiny
+    from omni_core.synthetic.tiny import ensure_tiny
 
     torch.manual_seed(0)
     return Qwen3OmniMoeForConditionalGeneration.from_pretrained(ensure_tiny(preset), dtype=torch.float32).eval()

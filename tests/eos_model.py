@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from omni_core.tiny import TOKEN_IDS, build_hf_model, build_tokenizer
+from omni_core.synthetic.tiny import TOKEN_IDS, build_hf_model, build_tokenizer
 
 K, M, U = 0, 0, 0  # talker dimension, thinker embedding dimension, text_projection unit
 TRIGGER = "~"

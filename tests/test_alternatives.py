@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from omni_core import Frame, SpeechRequest
-from omni_core.code_predictor import PREDICTOR_SAMPLING, predict_kv, predict_reprefill
-from omni_core.sampling import SamplingConfig, choose, choose_with_alternatives
+from omni_core.models.code_predictor import PREDICTOR_SAMPLING, predict_kv, predict_reprefill
+from omni_core.models.sampling import SamplingConfig, choose, choose_with_alternatives
 
 from .test_code_predictor import inputs
 from .test_talker import ForceTokens

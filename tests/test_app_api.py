@@ -145,7 +145,7 @@ def test_a_broken_checkpoint_stops_the_app_with_a_message_naming_the_file(tmp_pa
     import subprocess
     import sys
 
-    from omni_core.tiny import ensure_tiny
+    from omni_core.synthetic.tiny import ensure_tiny
 
     broken = tmp_path / "ckpt"
     shutil.copytree(ensure_tiny("tiny"), broken)

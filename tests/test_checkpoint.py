@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from omni_core import CheckpointError, SpeechRequest, load_pipeline
-from omni_core.tiny import build_tokenizer, ensure_tiny
+from omni_core.synthetic.tiny import build_tokenizer, ensure_tiny
 
 from .conftest import hf_reference, our_pipeline
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from omni_core.code_predictor import PREDICTOR_SAMPLING, predict_kv, predict_reprefill
+from omni_core.models.code_predictor import PREDICTOR_SAMPLING, predict_kv, predict_reprefill
 
 
 def inputs(pipe, batch=3, seed=0):

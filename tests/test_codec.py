@@ -2,7 +2,7 @@
 
 The HF initialisation of Code2Wav (std 0.02, layer scales 0.01, ConvNeXt gamma
 1e-6, SnakeBeta at zero) gives audio of ~1e-6: every comparison would pass
-trivially. `omni_core.tiny` gives the reference seeded weights at which the audio is
+trivially. `omni_core.synthetic.tiny` gives the reference seeded weights at which the audio is
 well scaled (std ~0.07-0.3, mostly unclamped), so the tolerances bite.
 """
 
@@ -13,11 +13,11 @@ import copy
 import pytest
 import torch
 
-from omni_core.checkpoint import checkpoint_names, copy_state_dict
-from omni_core.codec import Code2Wav
-from omni_core.config import OmniConfig
-from omni_core.streaming_codec import StreamingDecoder
-from omni_core.tiny import build_hf_model
+from omni_core.loading.checkpoint import checkpoint_names, copy_state_dict
+from omni_core.codec.code2wav import Code2Wav
+from omni_core.models.config import OmniConfig
+from omni_core.codec.streaming import StreamingDecoder
+from omni_core.synthetic.tiny import build_hf_model
 
 PRESETS = ("tiny", "tiny-b")
 NUM_FRAMES = 30  # crosses tiny-b's 6-frame attention window many times

@@ -54,11 +54,11 @@ def test_compare_mode_compiled_has_no_mismatch():
 def eager_op_calls(pipe, req, op: str) -> int:
     """Calls of `op` while `req` runs, profiled in the engine's thread (where the work is done)."""
     prof = profile()
-    pipe.engine.call(prof.__enter__)
+    pipe.call(prof.__enter__)
     try:
         pipe.generate(req)
     finally:
-        pipe.engine.call(prof.__exit__, None, None, None)
+        pipe.call(prof.__exit__, None, None, None)
     return sum(e.count for e in prof.key_averages() if e.key == op)
 
 
@@ -81,8 +81,8 @@ def test_pipeline_info_says_compiled():
 def test_each_compiled_predictor_keeps_its_own_frozen_weights():
     """Weights are frozen into the graph: a second predictor of the same shapes must get its
     own graph, not replay the first one's weights."""
-    from omni_core.code_predictor import predict_kv
-    from omni_core.compiled import CompiledPredictors
+    from omni_core.models.code_predictor import predict_kv
+    from omni_core.fast.compiled import CompiledPredictors
     from tests.test_code_predictor import inputs
 
     pipe = our_pipeline("tiny")

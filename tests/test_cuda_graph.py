@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from omni_core import SpeechRequest, load_pipeline
-from omni_core.code_predictor import PREDICTOR_SAMPLING, predict_kv, predict_reprefill
-from omni_core.cuda_graph import GraphPredictor
+from omni_core.models.code_predictor import PREDICTOR_SAMPLING, predict_kv, predict_reprefill
+from omni_core.fast.cuda_graph import GraphPredictor
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
 

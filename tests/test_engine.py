@@ -3,7 +3,6 @@ close, budgets and failures touch only their own request; one predictor call per
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import resource
 import threading
@@ -14,7 +13,8 @@ import numpy as np
 import pytest
 
 from omni_core import Done, Frame, SpeechRequest
-from omni_core.engine import Sequence, Stream
+from omni_core.engine import Stream
+from omni_core.models.qwen3_omni.prompt import TalkerPromptBuilder
 
 from .conftest import our_pipeline
 
@@ -29,21 +29,6 @@ MIX = [  # different modes, predictors, sampling settings and lengths
     SpeechRequest("Seventh, a longer greedy one.", max_frames=20, repetition_penalty=1.2),
     SpeechRequest("Eighth compares, sampled.", predictor="compare", do_sample=True, seed=9, max_frames=7),
 ]
-
-
-@contextlib.contextmanager
-def paused(engine):
-    """Hold the engine between two steps (it runs a call that waits), so that requests
-    submitted meanwhile are all taken in at the same step."""
-    entered, release = threading.Event(), threading.Event()
-    holder = threading.Thread(target=engine.call, args=(lambda: (entered.set(), release.wait()),))
-    holder.start()
-    entered.wait()
-    try:
-        yield
-    finally:
-        release.set()
-        holder.join()
 
 
 def collect(stream: Stream):
@@ -102,11 +87,7 @@ def test_concurrent_requests_equal_their_solo_runs(count):
 def test_requests_taken_in_together_equal_their_solo_runs(preset, dtype):
     pipe = our_pipeline(preset, dtype)
     solo = [pipe.generate(r) for r in MIX]
-    streams = [pipe.stream(r) for r in MIX]
-    with paused(pipe.engine):
-        for s in streams:
-            pipe.engine.submit(s.seq)
-            s.submitted = True
+    streams = pipe.stream_together(MIX)
     for stream, want in zip(streams, solo):
         result = collect(stream)
         assert_same(result, want)
@@ -115,7 +96,7 @@ def test_requests_taken_in_together_equal_their_solo_runs(preset, dtype):
 
 def test_one_predictor_call_per_step_for_all_rows():
     pipe = our_pipeline("tiny")
-    preds, batches = pipe.parts.predictors, []
+    preds, batches = pipe.predictors, []
     original = preds.run
 
     def recording(kind, h, *args, **kwargs):
@@ -125,11 +106,7 @@ def test_one_predictor_call_per_step_for_all_rows():
     preds.run = recording
     try:
         requests = [SpeechRequest(f"Row {i}.", max_frames=6, do_sample=i % 2 == 1, seed=i) for i in range(4)]
-        streams = [pipe.stream(r) for r in requests]
-        with paused(pipe.engine):
-            for s in streams:
-                pipe.engine.submit(s.seq)
-                s.submitted = True
+        streams = pipe.stream_together(requests)
         results = [collect(s) for s in streams]
     finally:
         del preds.run
@@ -168,14 +145,13 @@ def test_closing_the_stream_stops_the_request_and_releases_it():
             break
     made = stream.frames_made
     stream.close()  # what a server does when the browser goes away
-    assert stream.seq.cancel.is_set()
     deadline = time.monotonic() + 10
     while not stream.released and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert stream.released and stream.seq.talker_cache is None and stream.seq.codec is None
+    assert stream.released  # caches and codec stream dropped
     assert stream.frames_made <= made + 1  # no frame after the step that was running
-    assert stream.seq.stats.stopped == "cancelled"
-    assert pipe.engine.active == 0
+    assert stream.stopped == "cancelled"
+    assert pipe.active == 0
 
 
 def test_time_budget_stops_a_long_request():
@@ -189,27 +165,35 @@ def test_time_budget_stops_a_long_request():
     assert any("time budget" in w for w in result.stats.warnings)
 
 
-class FailingCodec(Sequence):
-    """A request whose own codec push raises (e.g. a fault in its stream state)."""
-
-    def decode_pending(self):
-        if self.pending:
-            raise RuntimeError("codec push failed for this request")
-
-
-def test_a_failing_request_fails_alone():
+def test_a_failing_request_fails_alone(monkeypatch):
+    """One request's codec push raises, another's talker prompt raises: those two fail with their
+    errors, the others equal their solo runs, and the engine serves on."""
     pipe = our_pipeline("tiny")
     good = [SpeechRequest("I am fine.", max_frames=12), SpeechRequest("Me too.", mode="chat", max_frames=10)]
     solo = [pipe.generate(r) for r in good]
-    clean, warnings = pipe.check(SpeechRequest("I will fail.", max_frames=12))
-    failing = Stream(pipe.engine, FailingCodec(pipe.parts, clean, warnings))
-    unknown = Stream(pipe.engine, Sequence(pipe.parts, SpeechRequest("Who?", speaker="nobody"), []))  # unchecked
+    doomed = SpeechRequest("I will fail.", max_frames=12)
+    doomed_first = pipe.generate(doomed).codes[0]
+    push, prompt = pipe.code2wav.forward, TalkerPromptBuilder.prompt
+    broken_prompt = pipe.chat_prompt("Who?")
+
+    def failing_push(codes, *args, **kwargs):  # faults on the doomed request's codes only
+        if codes.shape[-1] and (codes[0, :, 0].cpu().numpy() == doomed_first).all():
+            raise RuntimeError("codec push failed for this request")
+        return push(codes, *args, **kwargs)
+
+    def failing_prompt(self, prompt_ids, *args):
+        if list(prompt_ids) == broken_prompt:
+            raise KeyError("nobody")
+        return prompt(self, prompt_ids, *args)
+
+    monkeypatch.setattr(pipe.code2wav, "forward", failing_push)
+    monkeypatch.setattr(TalkerPromptBuilder, "prompt", failing_prompt)
     with ThreadPoolExecutor(2) as pool:
         futures = [pool.submit(pipe.generate, r) for r in good]
         with pytest.raises(RuntimeError, match="codec push failed"):
-            collect(failing)
+            pipe.generate(doomed)
         with pytest.raises(KeyError, match="nobody"):
-            collect(unknown)
+            pipe.generate(SpeechRequest("Who?"))
         for future, want in zip(futures, solo):
             assert_same(future.result(), want)
     assert pipe.generate(good[0]).codes.shape == solo[0].codes.shape  # the engine still serves
@@ -221,7 +205,7 @@ def test_stage_times_add_up_and_land_in_their_own_stage():
         s = pipe.generate(SpeechRequest("Count my time.", mode=mode, max_frames=12, max_text_tokens=6)).stats
         assert s.thinker_s + s.talker_s + s.predictor_s + s.codec_s <= s.total_s
         assert min(s.talker_s, s.predictor_s, s.codec_s) > 0
-    codec, slow = pipe.codec, 0.2  # per push: far more than the other stages take
+    codec, slow = pipe.code2wav, 0.2  # per push: far more than the other stages take
     original = codec.forward
 
     def slowed(*args, **kwargs):
@@ -272,4 +256,4 @@ def test_memory_stays_bounded_over_200_requests():
     gc.collect()
     growth_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert growth_mb < 50, f"peak memory grew by {growth_mb:.0f} MB over 200 requests"
-    assert pipe.engine.active == 0
+    assert pipe.active == 0

@@ -90,7 +90,7 @@ def hf_run(hf, pipe, text: str, mode: str, max_frames: int = MAX_FRAMES, max_tex
 def expected_samples(pipe, frames: int) -> int:
     """1920 per frame, less the 555 samples the causal decoder holds back at the end (HF's length too)."""
     spf = pipe.info["samples_per_frame"]
-    return frames * spf - (spf - pipe.codec.num_samples(1)) if frames else 0
+    return frames * spf - (spf - pipe.code2wav.num_samples(1)) if frames else 0
 
 
 # ---- the engine against HF --------------------------------------------------------------------------------

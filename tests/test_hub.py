@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from omni_core import SpeechRequest
-from omni_core.hub import explain, is_hub_id, speech_shards
-from omni_core.tiny import ensure_tiny
+from omni_core.loading.hub import explain, is_hub_id, speech_shards
+from omni_core.synthetic.tiny import ensure_tiny
 from tests.conftest import APP_ROOT, _free_port, our_pipeline
 from tests.fake_hub import COMMIT, FakeHub, Repo
 

@@ -74,7 +74,7 @@ def test_drop_equals_decoding_with_that_codebooks_embedding_zero():
     edited, drop = apply(codes, np.zeros_like(codes, bool), edit)
     assert (edited == codes).all() and drop[:, 5].all() and drop.sum() == len(codes)
     got = pipe.decode(edited, drop=drop)
-    codec = pipe.codec
+    codec = pipe.code2wav
     x = torch.as_tensor(codes).T[None]  # [1, 16, T]
     offsets = torch.arange(16)[None, :, None] * codec.cfg.codebook_size
     emb = codec.code_embedding(x + offsets)  # [1, 16, T, C]

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from omni_core.layers import MAX_ROWS, MIN_ROWS, linear
+from omni_core.models.layers import MAX_ROWS, MIN_ROWS, linear
 
 SHAPES = [(64, 192), (32, 2048), (1024, 3072), (3072, 1024)]  # tiny projections, a codec head, real-size FFN
 

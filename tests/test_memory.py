@@ -9,8 +9,9 @@ import logging
 import pytest
 import torch
 
-from omni_core import CheckpointError, load_pipeline, memory
-from omni_core.tiny import ensure_tiny
+from omni_core import CheckpointError, load_pipeline
+from omni_core.loading import memory
+from omni_core.synthetic.tiny import ensure_tiny
 from tests.conftest import our_pipeline
 
 
@@ -18,7 +19,7 @@ from tests.conftest import our_pipeline
 def test_plan_counts_exactly_what_is_loaded(preset, dtype):
     pipe = our_pipeline(preset)
     plan = memory.plan(ensure_tiny(preset), dtype)
-    loaded = {"thinker": pipe.thinker, "talker": pipe.talker, "code2wav": pipe.codec}
+    loaded = {"thinker": pipe.thinker, "talker": pipe.talker, "code2wav": pipe.code2wav}
     assert {p.name: p.params for p in plan.parts} == {
         name: sum(t.numel() for t in m.parameters()) for name, m in loaded.items()}
     assert plan.weight_bytes == plan.params * dtype.itemsize

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from omni_core import CheckpointError, SpeechRequest, load_pipeline
-from omni_core import presets
-from omni_core.codec import Code2Wav
-from omni_core.random_weights import parse, plan
-from omni_core.talker import Talker
-from omni_core.thinker import Thinker
+from omni_core.synthetic import presets
+from omni_core.codec.code2wav import Code2Wav
+from omni_core.loading.random_weights import parse, plan
+from omni_core.models.qwen3_omni.talker import Talker
+from omni_core.models.qwen3_omni.thinker import Thinker
 
 CUT = "random:qwen3-omni-30b-a3b?layers=1"
 
@@ -70,7 +70,7 @@ def test_cut_pipeline_has_the_config_shapes():
     assert sum(p.numel() for p in talker_mlp.shared_expert.parameters()) == 3 * 1024 * 768
     assert tk.codec_head.weight.shape == (3072, 1024)
     assert len(cp.model.layers) == 5 and len(cp.lm_head) == 15 and cp.lm_head[0].weight.shape == (2048, 1024)
-    assert len(pipe.codec.pre_transformer.layers) == 8
+    assert len(pipe.code2wav.pre_transformer.layers) == 8
     assert all(p.device.type == "cpu" and p.dtype == torch.bfloat16 for p in pipe.thinker.parameters())
     norm = th.model.layers[0].input_layernorm.weight
     assert torch.equal(norm, torch.ones_like(norm))

@@ -43,7 +43,7 @@ def _setup():
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)  # the test shares 2 cores; spinning OpenMP threads slow it down 5x
-    from omni_core.presets import ensure_real_width
+    from omni_core.synthetic.presets import ensure_real_width
     return ensure_real_width(1)
 
 
@@ -60,7 +60,7 @@ def run_ours(out: str) -> None:
     t0 = time.perf_counter()
     pipe = load_pipeline(str(path), device="cpu", dtype="float32")
     load_s, peak = time.perf_counter() - t0, _peak_rss()
-    weights = sum(p.numel() * p.element_size() for m in (pipe.thinker, pipe.talker, pipe.codec)
+    weights = sum(p.numel() * p.element_size() for m in (pipe.thinker, pipe.talker, pipe.code2wav)
                   for p in m.parameters())
     result = pipe.generate(SpeechRequest(TEXT, mode="chat", predictor="kv", max_text_tokens=MAX_TEXT_TOKENS,
                                          max_frames=MAX_FRAMES))

@@ -9,7 +9,7 @@ from transformers.generation.logits_process import (
     LogitsProcessorList, RepetitionPenaltyLogitsProcessor, SuppressTokensLogitsProcessor, TemperatureLogitsWarper,
     TopKLogitsWarper, TopPLogitsWarper)
 
-from omni_core.sampling import SamplingConfig, choose, repetition_penalty, suppress, warp
+from omni_core.models.sampling import SamplingConfig, choose, repetition_penalty, suppress, warp
 
 INF = float("inf")
 NO_IDS = torch.empty(1, 0, dtype=torch.long)  # what HF's processors get when the talker starts from embeddings

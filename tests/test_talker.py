@@ -8,8 +8,8 @@ import torch
 from transformers import DynamicCache, LogitsProcessor
 
 from omni_core import SpeechRequest
-from omni_core.code_predictor import predict_reprefill
-from omni_core.talker_prompt import TalkerPromptBuilder, TextSteps
+from omni_core.models.code_predictor import predict_reprefill
+from omni_core.models.qwen3_omni.prompt import TalkerPromptBuilder, TextSteps
 
 
 def test_next_talker_input_equals_hf(hf, pipe):

@@ -1,16 +1,17 @@
-"""The batched engine: one scheduler per Pipeline advances every running request in one step.
+"""The batched engine: one thread per Pipeline advances every running request in one step.
 
-scheduler.py  Engine: the thread, the loop, `step()`
-sequence.py   Sequence: one request's state (caches, generators, reply, codec stream, events)
-predictors.py Predictors: the code predictor's fast path (CUDA graph / compiled / eager), one call per step
-parts.py      Parts: the read-only pieces a request needs from its pipeline
-stream.py     Stream: a request's events, as the caller reads them
+loop.py          Engine: the thread, the loop, `step()`, time charged per stage
+scheduler.py     Scheduler: waiting and running requests; admit, stop, remove
+runner.py        Runner: the only place that calls the models (prefills, batched steps)
+sequence.py      Sequence: one request's state (caches, generators, reply, codec stream, events)
+output.py        Frame events, audio chunks and the Result, from a Sequence's state
+speech_model.py  SpeechModel: the read-only pieces a request needs from its pipeline
+stream.py        Stream: a request's events, as the caller reads them
 """
 
-from .parts import Parts
-from .predictors import Predictors
-from .scheduler import Engine
-from .sequence import Sequence
-from .stream import Stream
+from omni_core.engine.loop import Engine
+from omni_core.engine.sequence import Sequence
+from omni_core.engine.speech_model import SpeechModel
+from omni_core.engine.stream import Stream
 
-__all__ = ["Engine", "Parts", "Predictors", "Sequence", "Stream"]
+__all__ = ["Engine", "Sequence", "SpeechModel", "Stream"]

@@ -1,6 +1,6 @@
 """The code predictor's fast path, chosen once per pipeline, called once per step for all rows.
 
-`Predictors.run(kind, rows)` predicts CB1..CB15 for every row of a batch in one call:
+`Predictors.run(kind, h, e0, generators, use_graph)` predicts CB1..CB15 for every row of a batch in one call:
 "reprefill" replays a CUDA graph on CUDA (unless a request opts out), runs the compiled
 frame with `compile=True`, else eager; "kv" is compiled or eager. Rows may mix greedy
 and sampled requests: each sampled row's noise comes from its own generator, greedy rows
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from ..code_predictor import GREEDY, PREDICTOR_SAMPLING, CodePredictor, predict_kv, predict_reprefill
-from ..sampling import TOP_K_ALTERNATIVES
+from omni_core.models.code_predictor import GREEDY, PREDICTOR_SAMPLING, CodePredictor, predict_kv, predict_reprefill
+from omni_core.models.sampling import TOP_K_ALTERNATIVES
 
 EAGER = {"reprefill": predict_reprefill, "kv": predict_kv}
 
@@ -23,7 +23,7 @@ class Predictors:
         self.cp, self.device = cp, device
         self.compiled = None
         if compiled:
-            from ..compiled import CompiledPredictors
+            from omni_core.fast.compiled import CompiledPredictors
             self.compiled = CompiledPredictors(cp)
         self._graph = None
         self.calls = 0  # predictor calls made (tests: one per kind per step, whatever the batch)
@@ -32,7 +32,7 @@ class Predictors:
     def graph(self):
         """The CUDA-graph predictor, built on first use (it allocates static buffers)."""
         if self._graph is None:
-            from ..cuda_graph import GraphPredictor
+            from omni_core.fast.cuda_graph import GraphPredictor
             self._graph = GraphPredictor(self.cp)
         return self._graph
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from omni_core.loading.quiet import quiet_transformers
+
 # Byte-level vocabulary: ids 0..255 are bytes; then Qwen's special tokens, then the
 # role words, which Qwen's vocabulary also holds as single ids.
 SPECIAL_TOKENS = [
@@ -118,7 +120,7 @@ def build_tokenizer():
     from transformers import PreTrainedTokenizerFast
 
     byte_vocab = {ch: i for i, ch in enumerate(pre_tokenizers.ByteLevel.alphabet())}
-    byte_vocab = {ch: i for i, ch in enumerate(sorted(byte_vocab, key=_byte_of))}
+    byte_vocab = {ch: i for i, ch in enumerate(sorted(byte_vocab, key=byte_of))}
     core = Tokenizer(models.BPE(vocab=byte_vocab, merges=[]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
@@ -131,7 +133,7 @@ def build_tokenizer():
     return tok
 
 
-def _byte_of(ch: str) -> int:
+def byte_of(ch: str) -> int:
     """The byte a ByteLevel alphabet character stands for (GPT-2's bytes_to_unicode)."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
         list(range(ord("®"), ord("ÿ") + 1))
@@ -149,11 +151,11 @@ def build_hf_model(preset: str = "tiny", seed: int = SEED):
 
     torch.manual_seed(seed)
     model = Qwen3OmniMoeForConditionalGeneration(hf_config(preset)).eval()
-    _scale_up(model)
+    spread_weights(model)
     return model
 
 
-def _scale_up(model) -> None:
+def spread_weights(model) -> None:
     """Give the random weights enough spread that codes vary across frames.
 
     HF initialises with std 0.02, which makes every logit nearly equal: greedy
@@ -168,10 +170,10 @@ def _scale_up(model) -> None:
         for name, p in model.named_parameters():
             if p.dim() >= 2 and "code2wav" not in name:
                 p.copy_(torch.randn(p.shape, generator=gen) * (1.0 / p.shape[-1]) ** 0.5)
-    _spread_codec(model.code2wav)
+    spread_codec(model.code2wav)
 
 
-def _spread_codec(code2wav, seed: int = SEED + 2) -> None:
+def spread_codec(code2wav, seed: int = SEED + 2) -> None:
     """Unit-gain random weights; residual branches and the output conv scaled down and the output
     conv made DC-free, so activations stay O(1) through the decoder and the audio mostly unclamped."""
     import torch
@@ -233,7 +235,8 @@ def write_once(target: Path, write) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        write(tmp)
+        with quiet_transformers():
+            write(tmp)
         try:
             tmp.rename(target)
         except OSError:  # another process won the race; theirs is identical

@@ -3,7 +3,7 @@
 Parameter names follow the checkpoint, with two fusions serving engines use:
 `qkv_proj` holds q_proj, k_proj, v_proj stacked by rows and `gate_up_proj` holds
 gate_proj, up_proj (one matmul instead of three or two: decoding small models is
-bound by per-op overhead). The loader (checkpoint.py) maps the names. Numerics
+bound by per-op overhead). the loader (loading/checkpoint.py) maps the names. Numerics
 follow the HF reference: norms in float32, RoPE tables in float32 then cast,
 router softmax in float32.
 """
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import DecoderConfig
+from omni_core.models.config import DecoderConfig
 
 
 MIN_ROWS, MAX_ROWS = 16, 32  # see `linear`
@@ -329,14 +329,13 @@ class DecoderLayer(nn.Module):
 class DecoderStack(nn.Module):
     """layers + final norm; subclasses add the embedding the checkpoint names."""
 
-    compiled_step = None  # run_layers for one new token, compiled (see compiled.py); None: eager
-
     def __init__(self, cfg: DecoderConfig):
         super().__init__()
         self.cfg = cfg
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rope = Rope(cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
+        self.token_step = None  # run_layers for one new token, compiled (fast/compiled.py); None: eager
 
     def new_cache(self, batch: int, capacity: int, like: torch.Tensor) -> KVCache:
         c = self.cfg
@@ -349,9 +348,9 @@ class DecoderStack(nn.Module):
         if cache is not None:
             assert start == cache.length, f"position {start} != cache length {cache.length}"
         cos, sin = self.rope.table(start, T, h.device, h.dtype)
-        if self.compiled_step is not None and T == 1 and cache is not None:
+        if self.token_step is not None and T == 1 and cache is not None:
             cache.reserve(start + 2)  # a spare slot: a step that fills the buffer exactly compiles again
-            h = self.compiled_step(h, cos, sin, cache)
+            h = self.token_step(h, cos, sin, cache)
         else:
             h = self.run_layers(h, cos, sin, cache)
         if cache is not None:
@@ -370,7 +369,7 @@ class DecoderStack(nn.Module):
         Row b sits at position caches[b].length. A row's floats do not depend on the other rows
         (batch-invariant matmuls, attention per row). Compiled: each row takes the compiled
         one-token step, as it does alone."""
-        if self.compiled_step is not None:
+        if self.token_step is not None:
             return torch.cat([self(h[b:b + 1], cache, cache.length) for b, cache in enumerate(caches)])
         tables = [self.rope.table(c.length, 1, h.device, h.dtype) for c in caches]
         cos = torch.stack([t[0] for t in tables])[:, None]  # [B, 1, 1, D]: one position per row

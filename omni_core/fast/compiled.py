@@ -14,7 +14,7 @@ without Python in between. What is compiled:
   then keeps float32 matmul weights pre-packed for MKL, which multiplies a batch of 16
   rows ~1.7x faster than the unpacked GEMM (measured: 122 vs 71 GFLOPS on 2 cores), at
   the cost of a packed copy of the predictor's weights per batch size;
-- the one-token step of the thinker and of the talker (`DecoderStack.compiled_step`),
+- the one-token step of the thinker and of the talker (`DecoderStack.token_step`),
   with symbolic sizes, so the growing KV cache does not recompile it. The engine runs it
   once per request in a step (batch 1, as alone): batching rows through it would give
   other floats than a request gets alone.
@@ -36,9 +36,10 @@ import torch._dynamo
 import torch._inductor.config
 import torch.nn.functional as F
 
-from .code_predictor import PREDICTOR_SAMPLING, CodePredictor, predict_kv, predict_reprefill
-from .layers import DecoderStack
-from .sampling import TOP_K_ALTERNATIVES
+from omni_core.fast.buckets import bucket, buckets_up_to
+from omni_core.models.code_predictor import PREDICTOR_SAMPLING, CodePredictor, predict_kv, predict_reprefill
+from omni_core.models.layers import DecoderStack
+from omni_core.models.sampling import TOP_K_ALTERNATIVES
 
 OPTIONS = {"cpp_wrapper": True}  # the code launching the kernels is C++, not Python
 # One graph per (predictor, batch bucket, dtype) and one step per stack; the benchmark's
@@ -46,8 +47,6 @@ OPTIONS = {"cpp_wrapper": True}  # the code launching the kernels is C++, not Py
 # Set per compiled region, not in dynamo's process-wide config (which other code may change): in the
 # batched engine the one-token step meets caches of several lengths and capacities in one step.
 RECOMPILE_LIMIT = 64
-BUCKETS = (1, 4, 16, 32)  # rows per compiled predictor frame: a batch is padded up to its bucket, so a
-# few graphs serve every batch (each compiles for a minute or more on 2 cores)
 
 
 def fresh(fn):
@@ -72,7 +71,7 @@ class CompiledPredictors:
         """The eager predictor `name` with PREDICTOR_SAMPLING, `noise` [G-1, B, V] and `greedy_rows` [B]
         (greedy-only batches too: one graph serves every mix), rows padded to a bucket."""
         B = h.shape[0]
-        size = next((b for b in BUCKETS if b >= B), B)
+        size = bucket(B) or B
         pad = size - B
         h, e0 = F.pad(h, (0, 0, 0, pad)), F.pad(e0, (0, 0, 0, pad))  # zero rows; new contiguous tensors
         noise = F.pad(noise, (0, 0, 0, pad), value=1.0)
@@ -94,7 +93,7 @@ class CompiledPredictors:
         """Compile every bucket a batch of up to `max_rows` rows uses, for both predictors."""
         cp, weight = self.cp, self.cp.lm_head[0].weight
         V, C, G = weight.shape[0], weight.shape[1], cp.num_code_groups
-        for size in BUCKETS[:next((i for i, b in enumerate(BUCKETS) if b >= max_rows), len(BUCKETS) - 1) + 1]:
+        for size in buckets_up_to(max_rows):
             h, e0 = (torch.zeros(size, C, dtype=weight.dtype, device=weight.device) for _ in range(2))  # not one
             # tensor twice: dynamo would specialise the graph to the aliasing and compile again later
             noise = torch.ones(G - 1, size, V, device=weight.device)
@@ -109,5 +108,5 @@ def compile_step(stack: DecoderStack) -> None:
     def step(h, cos, sin, cache):
         return stack.run_layers(h, cos, sin, cache)
 
-    stack.compiled_step = torch.compile(fresh(step), fullgraph=True, dynamic=True, options=OPTIONS,
+    stack.token_step = torch.compile(fresh(step), fullgraph=True, dynamic=True, options=OPTIONS,
                                         recompile_limit=RECOMPILE_LIMIT)

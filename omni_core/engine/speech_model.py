@@ -1,4 +1,4 @@
-"""`Parts`: what a request needs from its pipeline, as one small typed object.
+"""`SpeechModel`: the loaded speech path as a request sees it, one small typed object.
 
 The modules and tables here are read-only after loading; every request reads them,
 none writes them.
@@ -10,19 +10,19 @@ from dataclasses import dataclass
 
 import torch
 
-from ..codec import Code2Wav
-from ..config import OmniConfig
-from ..talker import Talker
-from ..thinker import Thinker
-from .predictors import Predictors
+from omni_core.codec.code2wav import Code2Wav
+from omni_core.fast.predictors import Predictors
+from omni_core.models.config import OmniConfig
+from omni_core.models.qwen3_omni.talker import Talker
+from omni_core.models.qwen3_omni.thinker import Thinker
 
 
 @dataclass(frozen=True)
-class Parts:
+class SpeechModel:
     config: OmniConfig
     thinker: Thinker
     talker: Talker
-    codec: Code2Wav
+    code2wav: Code2Wav
     tokenizer: object
     device: torch.device
     dtype: torch.dtype
@@ -33,6 +33,10 @@ class Parts:
     @property
     def im_end(self) -> int:
         return self.config.token_ids["im_end"]
+
+    @property
+    def codec_eos(self) -> int:
+        return self.config.codec_ids["codec_eos_token_id"]
 
     def chat_prompt(self, text: str) -> list[int]:
         ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],

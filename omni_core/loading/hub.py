@@ -23,9 +23,9 @@ import re
 import shutil
 from pathlib import Path
 
-from . import tiny
-from .config import CheckpointError
-from .memory import size
+from omni_core.synthetic import tiny
+from omni_core.models.config import CheckpointError
+from omni_core.loading.memory import size
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Streaming Code2Wav: decode frames as they arrive, each frame's audio computed once.
 
-`StreamingDecoder` feeds each chunk to `Code2Wav` with a `CodecState` (codec_state.py:
+`StreamingDecoder` feeds each chunk to `Code2Wav` with a `CodecState` (state.py:
 what every causal module carries between chunks). Concatenating the chunks of a
 stream gives the whole-utterance output exactly (up to float rounding).
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .codec import Code2Wav
-from .codec_state import CodecState
+from omni_core.codec.code2wav import Code2Wav
+from omni_core.codec.state import CodecState
 
 
 class StreamingDecoder:

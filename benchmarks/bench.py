@@ -5,7 +5,7 @@ weights and reports medians and ratios from that one run: these machines are
 shared and noisy, so only same-run ratios mean anything.
 
   (a) tiny model end to end: chat mode, greedy, 60 frames, each predictor vs HF generate
-  (a) and (b) also run the torch.compile'd paths (compiled.py); compiling happens before the
+  (a) and (b) also run the torch.compile'd paths (fast/compiled.py); compiling happens before the
       timed calls ((a) reports how long it took)
   (b) code predictor at real size (5 layers, hidden 1024, 16/8 heads, FFN 3072, 2048 codes,
       16 groups), batch 1/4/16, float32 and bfloat16, vs HF code_predictor.generate; the
@@ -68,16 +68,16 @@ def tiny_pair():
     """Our pipeline and the HF model on the same tiny checkpoint (CPU, float32)."""
     from transformers import Qwen3OmniMoeForConditionalGeneration
 
-    from .pipeline import load_pipeline
-    from .tiny import ensure_tiny
+    from omni_core.pipeline import load_pipeline
+    from omni_core.synthetic.tiny import ensure_tiny
 
     hf = Qwen3OmniMoeForConditionalGeneration.from_pretrained(ensure_tiny("tiny"), dtype=torch.float32).eval()
     return load_pipeline("tiny", device="cpu"), hf
 
 
 def bench_end_to_end(repeats: int) -> dict:
-    from .pipeline import load_pipeline
-    from .request import SpeechRequest
+    from omni_core.pipeline import load_pipeline
+    from omni_core.request import SpeechRequest
 
     pipe, hf = tiny_pair()
     compiled = load_pipeline("tiny", device="cpu", compile=True, max_batch=1)  # one request: bucket 1
@@ -112,9 +112,9 @@ def real_predictor(dtype: torch.dtype, device: str):
     from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
         Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration as HFPredictor)
 
-    from .checkpoint import copy_state_dict
-    from .code_predictor import CodePredictor
-    from .config import DecoderConfig
+    from omni_core.loading.checkpoint import copy_state_dict
+    from omni_core.models.code_predictor import CodePredictor
+    from omni_core.models.config import DecoderConfig
 
     hf_cfg = Qwen3OmniMoeTalkerCodePredictorConfig(
         vocab_size=2048, hidden_size=1024, intermediate_size=3072, num_hidden_layers=5, num_attention_heads=16,
@@ -138,8 +138,8 @@ def bench_predictor(repeats: int, device: str = "cpu", batches=(1, 4, 16), dtype
                     compiled_dtypes=("float32",)) -> dict:
     """Compiled KV only in `compiled_dtypes`: at this size each (dtype, batch) compiles for about
     three minutes on 2 cores the first time."""
-    from .code_predictor import GREEDY, predict_kv, predict_reprefill
-    from .compiled import CompiledPredictors
+    from omni_core.models.code_predictor import GREEDY, predict_kv, predict_reprefill
+    from omni_core.fast.compiled import CompiledPredictors
 
     out = {}
     for name in dtypes:
@@ -177,7 +177,7 @@ def bench_predictor(repeats: int, device: str = "cpu", batches=(1, 4, 16), dtype
 # ---- (c) codec, (d) streaming latency --------------------------------------------------------
 
 def bench_codec(repeats: int, frames: int = 125) -> dict:
-    from .streaming_codec import StreamingDecoder
+    from omni_core.codec.streaming import StreamingDecoder
 
     pipe, hf = tiny_pair()
     codes = torch.randint(0, 2048, (1, 16, frames))
@@ -185,23 +185,23 @@ def bench_codec(repeats: int, frames: int = 125) -> dict:
 
     def streaming(chunk):
         def run():
-            dec = StreamingDecoder(pipe.codec)
+            dec = StreamingDecoder(pipe.code2wav)
             for i in range(0, frames, chunk):
                 dec.push(codes[..., i:i + chunk])
         return run
 
     with torch.no_grad():
         t = interleaved({"omni_core stream (1 frame)": streaming(1), "omni_core stream (4 frames)": streaming(4),
-                         "omni_core whole": lambda: pipe.codec(codes),
+                         "omni_core whole": lambda: pipe.code2wav(codes),
                          "hf chunked_decode": lambda: hf.code2wav.chunked_decode(codes, 300, 25)}, repeats)
     return {"audio_s": seconds, "seconds_per_audio_second": {k: v / seconds for k, v in t.items()},
             "speedup_stream4": t["hf chunked_decode"] / t["omni_core stream (4 frames)"]}
 
 
 def bench_stream_latency(repeats: int, frames: int = 120) -> dict:
-    from .events import AudioChunk, Done
-    from .pipeline import load_pipeline
-    from .request import SpeechRequest
+    from omni_core.events import AudioChunk, Done
+    from omni_core.pipeline import load_pipeline
+    from omni_core.request import SpeechRequest
 
     pipe = load_pipeline("tiny", device="cpu")
     request = SpeechRequest("This sentence is long enough to be spoken for a while. " * 3, max_frames=frames)
@@ -225,7 +225,7 @@ def run_concurrently(pipe, requests) -> dict:
     each request's first-audio latency and real-time factor, from its own start."""
     import threading
 
-    from .events import AudioChunk, Done
+    from omni_core.events import AudioChunk, Done
 
     barrier = threading.Barrier(len(requests) + 1)
     firsts, rtfs, frames = [None] * len(requests), [None] * len(requests), [0] * len(requests)
@@ -260,8 +260,8 @@ def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60) -> d
     """N simultaneous speak-mode requests of `frames` frames on the tiny model, for the batched
     engine (eager and compiled) and, as the baseline, the same engine serving one request at a
     time (max_batch=1: each request runs alone, the rest wait). Rounds interleave the engines."""
-    from .pipeline import load_pipeline
-    from .request import SpeechRequest
+    from omni_core.pipeline import load_pipeline
+    from omni_core.request import SpeechRequest
 
     engines = {"batched eager": load_pipeline("tiny", device="cpu"),
                "batched compiled": load_pipeline("tiny", device="cpu", compile=True),
@@ -297,7 +297,7 @@ def summarize(runs: list[dict]) -> dict:
 def bench_predictor_rows(repeats: int, batches=(1, 8)) -> dict:
     """The real-size predictor (float32) as the engine calls it: rows from B requests, one call
     (`Predictors.run`, each row with its own generator when sampling); ms per frame vs batch 1."""
-    from .engine import Predictors
+    from omni_core.engine import Predictors
 
     _, cp = real_predictor(torch.float32, "cpu")
     eager, compiled = Predictors(cp, torch.device("cpu")), Predictors(cp, torch.device("cpu"), compiled=True)
@@ -319,8 +319,8 @@ def bench_predictor_rows(repeats: int, batches=(1, 8)) -> dict:
 # ---- (e) CUDA graphs ------------------------------------------------------------------------
 
 def bench_cuda_graph(repeats: int) -> dict:
-    from .code_predictor import GREEDY, predict_kv, predict_reprefill
-    from .cuda_graph import GraphPredictor
+    from omni_core.models.code_predictor import GREEDY, predict_kv, predict_reprefill
+    from omni_core.fast.cuda_graph import GraphPredictor
 
     out = {}
     for name in ("float32", "bfloat16"):

@@ -12,7 +12,7 @@ at the end (see `CausalTransConvNet`). The maths is HF `Qwen3OmniMoeCode2Wav`'s.
 
 Everything is causal, so every module takes an optional `state` (a `CodecState`,
 codec_state.py) carrying its left context between chunks; `state=None` decodes a
-whole utterance, and `StreamingDecoder` (streaming_codec.py) drives a stream. Parameter names follow the checkpoint with the
+whole utterance, and `StreamingDecoder` (streaming.py) drives a stream. Parameter names follow the checkpoint with the
 `code2wav.` prefix dropped. Nothing is computed in __init__ (code offsets and
 RoPE tables are made in forward), so the model can be built on the meta device.
 """
@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import CodecConfig, DecoderConfig
-from .layers import MLP, Attention, RMSNorm, Rope
-from .codec_state import CodecState
+from omni_core.models.config import CodecConfig, DecoderConfig
+from omni_core.models.layers import MLP, Attention, RMSNorm, Rope
+from omni_core.codec.state import CodecState
 
 
 class CausalConvNet(nn.Module):

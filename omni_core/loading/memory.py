@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import weight_map
-from .config import CheckpointError
+from omni_core.loading.checkpoint import weight_map
+from omni_core.models.config import CheckpointError
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import DecoderConfig
-from .layers import DecoderStack, KVCache, Linear
+from omni_core.models.config import DecoderConfig
+from omni_core.models.layers import DecoderStack, KVCache, Linear
 
 
 class ThinkerModel(DecoderStack):

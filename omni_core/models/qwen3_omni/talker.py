@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .code_predictor import CodePredictor
-from .config import OmniConfig
-from .layers import DecoderStack, Linear
+from omni_core.models.code_predictor import CodePredictor
+from omni_core.models.config import OmniConfig
+from omni_core.models.layers import DecoderStack, Linear
 
 
 class TalkerModel(DecoderStack):

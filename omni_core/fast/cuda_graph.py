@@ -2,7 +2,7 @@
 
 Re-prefill has no KV state, so a frame's whole 15-step loop (layers, lm_heads,
 sampling and its top-5 alternatives, codec embeddings) runs with the same shapes every time for a given
-batch size: it is captured once per bucket (1, 2, 4, 8, 16, 32) and replayed.
+batch size: it is captured once per bucket (fast/buckets.py) and replayed.
 Static buffers are sized for the largest bucket; a call copies its rows into
 `[:B]`, replays the graph of the smallest bucket that fits, and clones `[:B]` of
 the outputs (rows are independent, so the unused rows do not matter). Batches
@@ -19,10 +19,10 @@ import threading
 
 import torch
 
-from .code_predictor import PREDICTOR_SAMPLING, CodePredictor, predict_reprefill
-from .sampling import TOP_K_ALTERNATIVES
+from omni_core.fast.buckets import BUCKETS
+from omni_core.models.code_predictor import PREDICTOR_SAMPLING, CodePredictor, predict_reprefill
+from omni_core.models.sampling import TOP_K_ALTERNATIVES
 
-BUCKETS = (1, 2, 4, 8, 16, 32)
 
 
 class GraphPredictor:

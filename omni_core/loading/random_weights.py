@@ -1,6 +1,6 @@
 """Full-size pipelines without a checkpoint: `load_pipeline("random:qwen3-omni-30b-a3b")`.
 
-The modules are built from presets.py's config on the meta device, given storage of
+The modules are built from synthetic/presets.py's config on the meta device, given storage of
 the target dtype on the target device, and filled there with seeded random values
 (no files, no host copy of the thinker: ~68 GB in bfloat16 at full depth, for GPU
 benchmarks). Source syntax:
@@ -10,25 +10,21 @@ benchmarks). Source syntax:
                                           the 5-layer predictor and 8-layer Code2Wav stay
     random:...?seed=S                     another draw of the weights (default tiny.SEED)
 
-The weights follow tiny.py's spread (std 1/sqrt(fan_in), norms 1, biases 0, the codec
-as `tiny._spread_codec`), so routing, attention and codes vary as in the tiny model.
+The weights follow synthetic/tiny.py's spread (std 1/sqrt(fan_in), norms 1, biases 0, the codec
+as `tiny.spread_codec`), so routing, attention and codes vary as in the tiny model.
 The tokenizer is presets.build_tokenizer (Qwen's special ids, byte-level text).
 """
 
 from __future__ import annotations
 
-import time
 from urllib.parse import parse_qsl, urlsplit
 
 import torch
 from torch import nn
 
-from . import memory, presets, tiny
-from .checkpoint import materialize
-from .codec import Code2Wav
-from .config import CheckpointError
-from .talker import Talker
-from .thinker import Thinker
+from omni_core.loading import memory
+from omni_core.models.config import CheckpointError
+from omni_core.synthetic import presets, tiny
 
 PREFIX = "random:"
 NAMES = (presets.NAME,)
@@ -57,29 +53,6 @@ def parse(source: str) -> dict:
     return options
 
 
-def load_random(source: str, *, device="auto", dtype="auto", force: bool = False, max_batch: int = 16):
-    """The pipeline of a 'random:' source (load_pipeline's recipe, with drawn weights instead of shards).
-    Returns the pipeline; the caller sets its per-request options."""
-    from .pipeline import Pipeline, resolve_device, resolve_dtype
-
-    start = time.perf_counter()
-    options = parse(source)
-    cfg = presets.omni_config(options["layers"])
-    dev, dt = resolve_device(device), resolve_dtype(dtype, cfg)
-    with torch.device("meta"):
-        thinker, talker, codec = Thinker(cfg.thinker), Talker(cfg), Code2Wav(cfg.codec)
-    modules = {"thinker": thinker, "talker": talker, "code2wav": codec}
-    needs = plan(modules, dt)
-    free = memory.check(needs, dev, force)
-    for m in modules.values():
-        materialize(m, dev, dt).eval().requires_grad_(False)
-    fill_random(modules, options["seed"])
-    pipe = Pipeline(cfg, thinker, talker, codec, presets.build_tokenizer(), dev, dt, str(source), True,
-                    max_batch)
-    pipe.load_report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)
-    return pipe
-
-
 def plan(modules: dict[str, nn.Module], dtype: torch.dtype) -> memory.MemoryPlan:
     """The memory plan of modules built on the meta device (their parameters, at `dtype`)."""
     itemsize = torch.empty((), dtype=dtype).element_size()
@@ -92,7 +65,7 @@ def fill_random(modules: dict[str, nn.Module], seed: int = tiny.SEED) -> None:
     """Seeded random weights, drawn on each parameter's own device and in its own dtype."""
     for i, (prefix, module) in enumerate(sorted(modules.items())):
         if prefix == "code2wav":
-            tiny._spread_codec(module, seed + 100)  # CPU draws, copied over: 0.2B parameters
+            tiny.spread_codec(module, seed + 100)  # CPU draws, copied over: 0.2B parameters
             continue
         device = next(module.parameters()).device
         gen = torch.Generator(device=device).manual_seed(seed + 100 + i)

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from .config import OmniConfig
-from .talker import Talker
-from .thinker import Thinker
+from omni_core.models.config import OmniConfig
+from omni_core.models.qwen3_omni.talker import Talker
+from omni_core.models.qwen3_omni.thinker import Thinker
 
 
 def user_positions(ids: list[int], im_start: int, user: int) -> list[int]:

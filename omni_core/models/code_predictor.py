@@ -7,7 +7,7 @@ signature, identical codes:
 
 - `predict_reprefill`: recomputes the whole (≤ 16 position) sequence every step. No
   KV state, so every shape is fixed per batch size: the whole loop can be captured
-  as one CUDA graph (see cuda_graph.py).
+  as one CUDA graph (see fast/cuda_graph.py).
 - `predict_kv`: prefills 2 positions, then feeds only the new one against a KV
   cache (cache length 2, 3, 4, ... after each step); 16 positions of work, not 135.
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import DecoderConfig
-from .layers import DecoderStack, Linear
-from .sampling import SamplingConfig, choose_with_alternatives, draw_noise
+from omni_core.models.config import DecoderConfig
+from omni_core.models.layers import DecoderStack, Linear
+from omni_core.models.sampling import SamplingConfig, choose_with_alternatives, draw_noise
 
 # HF's code predictor samples with its own settings, whatever the talker uses.
 PREDICTOR_SAMPLING = SamplingConfig(do_sample=True, temperature=1.0, top_k=50, top_p=0.8)

@@ -4,7 +4,7 @@ The values are those of the published config.json (speech path only: the thinker
 text model, the talker with its code predictor, Code2Wav; the audio and vision towers
 are never loaded by this engine). Two users, one source:
 
-- `load_pipeline("random:qwen3-omni-30b-a3b")` (random_weights.py): the full depth with
+- `load_pipeline("random:qwen3-omni-30b-a3b")` (loading/random_weights.py): the full depth with
   random weights, for GPU benchmarks; `?layers=N` cuts the thinker and the talker to N
   layers (CPU tests).
 - the real-width test checkpoint (`ensure_real_width`): the HF reference classes, 1
@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from . import tiny
+from omni_core.synthetic import tiny
 
 NAME = "qwen3-omni-30b-a3b"
 
@@ -105,7 +105,7 @@ def config_dict(layers: int | None = None) -> dict:
 
 
 def omni_config(layers: int | None = None):
-    from .config import OmniConfig
+    from omni_core.models.config import OmniConfig
     return OmniConfig.from_hf(config_dict(layers))
 
 
@@ -114,7 +114,7 @@ def build_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet(), key=tiny._byte_of)
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet(), key=tiny.byte_of)
     vocab = {ch: i for i, ch in enumerate(alphabet)} | TOKEN_IDS  # added tokens found here keep these ids
     core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
@@ -155,7 +155,7 @@ def build_hf_model(layers: int = 1):
 
     torch.manual_seed(tiny.SEED)
     model = Qwen3OmniMoeForConditionalGeneration(hf_config(layers)).eval()
-    tiny._scale_up(model)
+    tiny.spread_weights(model)
     return model
 
 

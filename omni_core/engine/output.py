@@ -1,0 +1,101 @@
+"""What a request gives back: its Frame events, audio chunks as the codec decodes them,
+and the Result at the end, all assembled from the Sequence's state."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from omni_core.engine.sequence import STAGES, Sequence
+from omni_core.engine.speech_model import SpeechModel
+from omni_core.events import AudioChunk, Done, Frame, Result
+from omni_core.models.sampling import TOP_K_ALTERNATIVES
+
+MAX_CHUNK_FRAMES = 8  # audio chunks of 1, 2, 4, 8, 8, ... frames: the first as soon as one frame
+# is decoded, later ones larger (fewer codec calls; 640 ms of audio each).
+
+
+class Failed:
+    """What a request's queue gets instead of Done when it fails; the stream raises `error`."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def add_frame(seq: Sequence, cb0, p0, top0, top0_probs, predicted, other, talker_ms: float, predictor_ms: float,
+              batch: int, model: SpeechModel) -> None:
+    """One frame: CB0 [1] with probability p0 [1] and alternatives top0, top0_probs [1, 5]; predicted =
+    (codes [1, 15], probs [1, 15], embeds [1, 15, C], top codes [1, 15, 5], top probs [1, 15, 5]);
+    other: the KV predictor's codes [1, 15] in compare mode."""
+    codes, probs, embeds, top, top_probs = predicted
+    row = torch.cat([cb0, codes[0]]).cpu().numpy()
+    frame = Frame(len(seq.codes), row, torch.cat([p0, probs[0]]).float().cpu().numpy(), talker_ms,
+                  predictor_ms, batch=batch, top_codes=torch.cat([top0, top[0]]).cpu().numpy(),
+                  top_probs=torch.cat([top0_probs, top_probs[0]]).float().cpu().numpy())
+    if other is not None:
+        frame.other_codes = np.concatenate([row[:1], other[0].cpu().numpy()])
+        frame.mismatch = frame.other_codes != row
+        seq.mismatches += int(frame.mismatch.sum())
+    seq.codes.append(row), seq.probs.append(frame.probs), seq.batches.append(batch)
+    seq.top_codes.append(frame.top_codes), seq.top_probs.append(frame.top_probs)
+    seq.last_cb0, seq.last_embeds = cb0, embeds
+    seq.emit(frame)
+    seq.pending.append(row)
+    if len(seq.pending) >= min(2 ** len(seq.audio), MAX_CHUNK_FRAMES):
+        decode_pending(seq, model)
+
+
+def decode_pending(seq: Sequence, model: SpeechModel) -> None:
+    """Push the frames not yet decoded through the request's codec stream; emit their audio."""
+    if not seq.pending or seq.decoder is None:
+        return
+    t = time.perf_counter()
+    codes = torch.from_numpy(np.stack(seq.pending).T)[None].to(model.device)  # [1, 16, n]
+    wav = seq.decoder.push(codes)[0, 0].float().cpu().numpy()
+    seq.spent["codec"] += time.perf_counter() - t
+    first = len(seq.codes) - len(seq.pending)
+    seq.pending = []
+    seq.audio.append(wav)
+    if seq.stats.first_audio_s is None:
+        seq.stats.first_audio_s = time.perf_counter() - seq.t0
+    seq.emit(AudioChunk(wav, model.config.sample_rate, first))
+
+
+def finish(seq: Sequence, reason: str, model: SpeechModel) -> None:
+    """Decode what is left, send Done, and let go of the caches."""
+    seq.stats.stopped = reason
+    decode_pending(seq, model)
+    seq.emit(Done(result(seq, model)))
+    seq.release()
+
+
+def fail(seq: Sequence, error: BaseException) -> None:
+    seq.emit(Failed(error))
+    seq.release()
+
+
+def result(seq: Sequence, model: SpeechModel) -> Result:
+    s, G, sample_rate = seq.stats, model.config.num_code_groups, model.config.sample_rate
+    s.thinker_s, s.talker_s, s.predictor_s, s.codec_s = (seq.spent[k] for k in STAGES)
+    s.total_s, s.frames = time.perf_counter() - seq.t0, len(seq.codes)
+    audio = np.concatenate(seq.audio) if seq.audio else np.zeros(0, np.float32)
+    s.audio_s = len(audio) / sample_rate
+    s.rtf = s.total_s / s.audio_s if s.audio_s else None
+    s.predictor_ms_per_frame = 1000 * s.predictor_s / s.frames if s.frames else None
+    s.batch_max = max(seq.batches, default=0)
+    s.batch_mean = float(np.mean(seq.batches)) if seq.batches else None
+    if seq.req.predictor == "compare":
+        s.mismatches = seq.mismatches
+    spoken = seq.reply.spoken
+    s.text_tokens = len(spoken)
+    text = seq.req.text if seq.req.mode == "speak" else model.tokenizer.decode(spoken, skip_special_tokens=True)
+    k = TOP_K_ALTERNATIVES
+    return Result(stacked(seq.codes, (0, G), np.int64), audio.astype(np.float32), text, list(seq.prompt_ids),
+                  spoken, s, stacked(seq.probs, (0, G), np.float32), sample_rate,
+                  stacked(seq.top_codes, (0, G, k), np.int64), stacked(seq.top_probs, (0, G, k), np.float32))
+
+
+def stacked(rows: list, empty_shape: tuple, dtype) -> np.ndarray:
+    return (np.stack(rows) if rows else np.zeros(empty_shape)).astype(dtype)

@@ -1,0 +1,122 @@
+"""`Runner`: the only place that calls the models.
+
+Per request: admission (prompts, and the thinker's prefill in chat mode), the talker's
+prefill, the next talker input, CB0 from the codec head's logits. Batched, for all rows
+at once: one thinker token, one talker step (ragged cache lengths), the codec head, and
+one code-predictor call per predictor kind. A row's floats do not depend on its
+neighbours: matmul rows are batch-invariant (`layers.linear`), attention runs per row,
+each row samples from its own generators.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from omni_core.codec.streaming import StreamingDecoder
+from omni_core.engine.sequence import Sequence, default_text_tokens
+from omni_core.engine.speech_model import SpeechModel
+from omni_core.events import TextDelta
+from omni_core.models.qwen3_omni.prompt import TalkerPromptBuilder, TextSteps
+from omni_core.models.sampling import choose, choose_with_alternatives, repetition_penalty, suppress
+
+PREDICTOR_KINDS = {"reprefill": ("reprefill",), "kv": ("kv",), "compare": ("reprefill", "kv")}
+
+
+class Runner:
+    def __init__(self, model: SpeechModel):
+        self.model = model
+
+    # ---- one request ----------------------------------------------------------------------------
+
+    def admit(self, seq: Sequence) -> None:
+        """Prompts and codec stream; in chat mode the thinker's prefill and the reply's first token."""
+        m, req = self.model, seq.req
+        seq.t0 = time.perf_counter()
+        seq.prompt_ids = m.chat_prompt(req.text)
+        seq.builder = TalkerPromptBuilder(m.config, m.thinker, m.talker)
+        seq.decoder = StreamingDecoder(m.code2wav)
+        if req.mode == "speak":
+            # The reply is the text. For text-only input the talker reads only the thinker's
+            # (projected) token embeddings, never its hidden states (as HF): no thinker forward.
+            reply = m.tokenizer(req.text, add_special_tokens=False)["input_ids"] + [m.im_end]
+            seq.reply = TextSteps(seq.builder, reply, done=True)
+            seq.emit(TextDelta(req.text, seq.reply.spoken))
+            return
+        seq.reply = TextSteps(seq.builder)
+        seq.max_text_tokens = req.max_text_tokens or default_text_tokens(len(seq.prompt_ids))
+        seq.thinker_cache = m.thinker.model.new_cache(1, len(seq.prompt_ids) + seq.max_text_tokens,
+                                                      like=m.thinker.lm_head.weight)
+        prompt = torch.tensor([seq.prompt_ids], device=m.device)
+        self.take_token(seq, m.thinker(prompt, seq.thinker_cache)[:, -1])
+
+    def take_token(self, seq: Sequence, logits: torch.Tensor) -> None:
+        """logits [1, V] → the reply's next token (HF: the thinker never feeds back its last)."""
+        token, _ = choose(logits, seq.sampling, seq.gen_thinker)
+        seq.reply.add(int(token))
+        seq.last_token = token
+        if int(token) == self.model.im_end or len(seq.reply.ids) == seq.max_text_tokens:
+            seq.reply.finish()
+            seq.thinker_cache = None
+        new = seq.reply.spoken[seq.shown:]
+        if new:
+            seq.shown += len(new)
+            seq.emit(TextDelta(self.model.tokenizer.decode(new, skip_special_tokens=True), new))
+
+    def start_talker(self, seq: Sequence) -> None:
+        """The talker's prompt and its prefill (once the reply's first tokens are known)."""
+        m = self.model
+        prompt = seq.builder.prompt(seq.prompt_ids, seq.reply.first_spoken, m.speaker_id(seq.req.speaker))
+        seq.talker_cache = m.talker.model.new_cache(1, prompt.shape[1] + 64, like=prompt)
+        seq.hidden = m.talker.model(prompt, seq.talker_cache, 0)[:, -1]
+
+    def next_input(self, seq: Sequence) -> torch.Tensor:
+        """The talker's next input [1, 1, C]: the last frame's summed embedding + text step k-1."""
+        return self.model.talker.embed_codes(seq.last_cb0, seq.last_embeds) + seq.reply[len(seq.codes) - 1]
+
+    def next_cb0(self, seq: Sequence, logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """logits [1, V] from the codec head → CB0 [1], its probability [1], and the top-5 ids [1, 5] and
+        probabilities [1, 5] of the same processed distribution (HF's processing)."""
+        logits = suppress(repetition_penalty(logits, seq.history, seq.req.repetition_penalty),
+                          self.model.suppress_mask)
+        chosen = choose_with_alternatives(logits, seq.sampling, seq.gen_talker)
+        seq.history = torch.cat([seq.history, chosen[0][:, None]], dim=1)
+        return chosen
+
+    # ---- all rows at once -----------------------------------------------------------------------
+
+    def think(self, seqs: list[Sequence]) -> torch.Tensor:
+        """One thinker token for each row: logits [B, V]."""
+        ids = torch.cat([s.last_token for s in seqs])  # [B]
+        return self.model.thinker.decode_rows(ids, [s.thinker_cache for s in seqs])
+
+    def talk(self, inputs: torch.Tensor, seqs: list[Sequence]) -> None:
+        """inputs [B, 1, C] → each row's hidden state for its next frame."""
+        hidden = self.model.talker.model.decode_rows(inputs, [s.talker_cache for s in seqs])
+        for b, seq in enumerate(seqs):
+            seq.hidden = hidden[b:b + 1, -1]
+
+    def cb0_logits(self, seqs: list[Sequence]) -> torch.Tensor:
+        """The codec head for every row: [B, V]."""
+        return self.model.talker.codec_head(torch.cat([s.hidden for s in seqs]))
+
+    def predict(self, seqs: list[Sequence], cb0: dict) -> dict:
+        """CB1..CB15 for every row: one call per (predictor kind, graph or not) for its rows;
+        compare-mode rows are in both kinds. → {(seq, kind): (codes, probs, embeds, top codes, top probs)}."""
+        out: dict = {}
+        preds = self.model.predictors
+        for kind in ("reprefill", "kv"):
+            for graph in (False, True):
+                rows = [s for s in seqs if kind in PREDICTOR_KINDS[s.req.predictor]
+                        and preds.uses_graph(kind, s.req.cuda_graph) == graph]
+                if not rows:
+                    continue
+                h = torch.cat([s.hidden for s in rows])  # [B, C]
+                e0 = self.model.talker.model.codec_embedding(torch.cat([cb0[s][0] for s in rows]))
+                gens = [s.gen_predictor[kind] if s.req.do_sample else None for s in rows]
+                made = preds.run(kind, h, e0, gens, use_graph=graph)
+                for b, seq in enumerate(rows):
+                    seq.stats.cuda_graph |= graph
+                    out[seq, kind] = tuple(x[b:b + 1] for x in made)
+        return out

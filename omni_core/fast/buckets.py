@@ -1,0 +1,19 @@
+"""The one table of batch buckets for the fixed-shape fast paths (compiled predictor frames,
+CUDA graphs): a batch runs in the smallest bucket that holds it, padded with zero rows, so
+a few graphs serve every batch size. Each compile costs a minute or more on 2 cores, so the
+table is short; on a GPU padding 2 rows to 4 costs next to nothing."""
+
+from __future__ import annotations
+
+BUCKETS = (1, 4, 16, 32)
+
+
+def bucket(rows: int) -> int | None:
+    """The smallest bucket that holds `rows`; None above the largest."""
+    return next((b for b in BUCKETS if b >= rows), None)
+
+
+def buckets_up_to(max_rows: int) -> tuple[int, ...]:
+    """Every bucket a batch of 1..max_rows rows can use."""
+    top = bucket(max_rows)
+    return tuple(b for b in BUCKETS if b < max_rows) + ((top,) if top else ())

@@ -1,0 +1,92 @@
+"""One load recipe for every source: a source supplies config, tokenizer and weights; the
+recipe builds the modules on the meta device, checks memory, gives them storage and fills them.
+
+    directory / hub id / 'tiny'   config.json + tokenizer files + safetensors shards
+    'random:<name>'               a preset config, a built tokenizer, seeded random weights
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from omni_core.codec.code2wav import Code2Wav
+from omni_core.loading import memory, random_weights
+from omni_core.loading.checkpoint import load_tokenizer, load_weights, materialize, read_config
+from omni_core.loading.hub import resolve_source
+from omni_core.models.config import CheckpointError, OmniConfig
+from omni_core.models.qwen3_omni.talker import Talker
+from omni_core.models.qwen3_omni.thinker import Thinker
+from omni_core.synthetic import presets, tiny
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoadedModel:
+    """What a Pipeline is built from: the config, the modules (read-only from now on) and the tokenizer."""
+    config: OmniConfig
+    modules: dict[str, nn.Module]  # "thinker", "talker", "code2wav"
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    source: str
+    random_weights: bool
+    report: str  # one line: what was loaded, its size, the time, the free memory
+
+
+def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto",
+               revision: str | None = None, force: bool = False) -> LoadedModel:
+    """The recipe: read the source → build on meta → check memory → materialize → fill."""
+    start = time.perf_counter()
+    drawn = random_weights.is_random(source)
+    if drawn:
+        options = random_weights.parse(str(source))
+        cfg, tokenizer, path = presets.omni_config(options["layers"]), presets.build_tokenizer(), None
+    else:
+        path = resolve_source(source, revision)
+        start = time.perf_counter()  # load time: after any download
+        cfg, tokenizer = read_config(path), load_tokenizer(path)
+    dev, dt = resolve_device(device), resolve_dtype(dtype, cfg)
+    modules = build_modules(cfg)
+    needs = random_weights.plan(modules, dt) if drawn else memory.plan(path, dt)
+    free = memory.check(needs, dev, force)
+    for m in modules.values():
+        materialize(m, dev, dt).eval().requires_grad_(False)
+    if drawn:
+        random_weights.fill_random(modules, options["seed"])
+    else:
+        load_weights(modules, path)
+    report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)
+    return LoadedModel(cfg, modules, tokenizer, dev, dt, str(source), drawn or str(source) in tiny.PRESETS, report)
+
+
+def build_modules(cfg: OmniConfig) -> dict[str, nn.Module]:
+    """The speech path's modules on the meta device (no storage yet)."""
+    with torch.device("meta"):
+        return {"thinker": Thinker(cfg.thinker), "talker": Talker(cfg), "code2wav": Code2Wav(cfg.codec)}
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise CheckpointError(f"unknown device {device!r}: use 'auto', 'cpu' or 'cuda'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise CheckpointError("device 'cuda' was asked for, but CUDA is not available here")
+    return dev
+
+
+def resolve_dtype(dtype: str | torch.dtype, cfg: OmniConfig) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = cfg.torch_dtype if dtype == "auto" else str(dtype).replace("torch.", "")
+    if name not in DTYPES:
+        raise CheckpointError(f"unsupported dtype {name!r}: use one of auto, {', '.join(DTYPES)}")
+    return DTYPES[name]

@@ -1,0 +1,5 @@
+"""Random-weight checkpoints made locally: the tiny presets and the real-width configs.
+
+tiny.py     'tiny', 'tiny-b': HF classes + save_pretrained, cached on disk
+presets.py  the published Qwen3-Omni widths (real-width tests, 'random:' sources)
+"""
