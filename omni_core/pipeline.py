@@ -17,7 +17,10 @@ from omni_core.engine import Engine, Sequence, SpeechModel, Stream
 from omni_core.events import Done, Result
 from omni_core.fast.predictors import Predictors
 from omni_core.loading.recipe import LoadedModel, load_model
-from omni_core.request import RequestError, SpeechRequest
+from omni_core.audio import MAX_SECONDS, SAMPLE_RATE, clean_audio
+from omni_core.models.qwen3_tts import voices
+from omni_core.models.qwen3_tts.prompt import PromptBuilder
+from omni_core.request import OMNI_ABILITIES, RequestError, SpeechRequest
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +29,10 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
                   threads: int | None = None, time_budget_s: float | None = None,
                   compile: bool = False, revision: str | None = None, force: bool = False,
                   max_batch: int = 16) -> "Pipeline":
-    """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape), a checkpoint directory,
-    or a hub id ('Qwen/Qwen3-Omni-30B-A3B-Instruct', fetched into the hub cache: loading/hub.py), or
+    """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape; 'tiny-tts' a Qwen3-TTS
+    CustomVoice one), a checkpoint directory (Qwen3-Omni, or Qwen3-TTS: model_type qwen3_tts), or a hub
+    id ('Qwen/Qwen3-Omni-30B-A3B-Instruct', 'Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice', fetched into the
+    hub cache: loading/hub.py), or
     'random:qwen3-omni-30b-a3b[?layers=N]': the real speech path with random weights drawn on the
     device, no files (loading/random_weights.py; layers=N cuts the thinker and the talker).
 
@@ -53,18 +58,25 @@ class Pipeline:
 
     def __init__(self, loaded: LoadedModel, max_batch: int = 16, compile: bool = False):
         self.config, self.tokenizer = loaded.config, loaded.tokenizer
-        self.thinker, self.talker, self.code2wav = (loaded.modules[k] for k in ("thinker", "talker", "code2wav"))
+        self.family = self.config.family  # "qwen3_omni" | "qwen3_tts"
+        self.thinker = loaded.modules.get("thinker")  # None for Qwen3-TTS
+        self.talker, self.code2wav = loaded.modules["talker"], loaded.modules["code2wav"]
+        self.speaker_encoder = loaded.modules.get("speaker_encoder")
         self.device, self.dtype = loaded.device, loaded.dtype
         self.source, self.random_weights, self.load_report = loaded.source, loaded.random_weights, loaded.report
         self.speakers = sorted(self.config.speakers)
-        self.default_speaker = "ethan" if "ethan" in self.config.speakers else self.speakers[0]
+        self.default_speaker = "ethan" if "ethan" in self.config.speakers else (self.speakers or [None])[0]
         if compile:
             from omni_core.fast.compiled import compile_step
-            for stack in (self.thinker.model, self.talker.model):
-                compile_step(stack)
+            for stack in (self.thinker, self.talker):
+                if stack is not None:
+                    compile_step(stack.model)
         self.predictors = Predictors(self.talker.code_predictor, self.device, compiled=compile)
+        tts = self.family == "qwen3_tts"
         self.model = SpeechModel(self.config, self.thinker, self.talker, self.code2wav, self.tokenizer,
-                                 self.device, self.dtype, self.predictors, self._suppress_mask(), self.default_speaker)
+                                 self.device, self.dtype, self.predictors, self._suppress_mask(), self.default_speaker,
+                                 prompts=PromptBuilder(self.config, self.talker, self.tokenizer) if tts else None,
+                                 speaker_encoder=self.speaker_encoder, min_new_tokens=2 if tts else 0)
         self.engine = Engine(self.model, max_batch)
 
     @property
@@ -78,8 +90,17 @@ class Pipeline:
             samples_per_frame=cfg.codec.samples_per_frame,
             frame_ms=1000 * cfg.codec.samples_per_frame / cfg.sample_rate,
             codebook_size=cfg.codec.codebook_size, num_code_groups=cfg.num_code_groups,
-            max_batch=self.engine.max_batch,
+            max_batch=self.engine.max_batch, can_encode=getattr(self.code2wav, "can_encode", False),
+            max_encode_s=MAX_SECONDS, **self.abilities,
         )
+
+    @property
+    def abilities(self) -> dict:
+        """What a request may ask of this model: family, kind, speakers, languages, instruct, clone, chat,
+        text_input (and its default), repetition_penalty (the default)."""
+        if self.family == "qwen3_tts":
+            return {**voices.abilities(self.config), "repetition_penalty": self.config.generation["repetition_penalty"]}
+        return {**OMNI_ABILITIES, "speakers": list(self.speakers)}
 
     @property
     def time_budget_s(self) -> float | None:
@@ -133,7 +154,7 @@ class Pipeline:
     def check(self, request: SpeechRequest) -> tuple[SpeechRequest, list[str]]:
         if not isinstance(request, SpeechRequest):
             raise RequestError("pass a SpeechRequest")
-        return request.checked(self.speakers)
+        return request.checked(self.speakers, self.abilities)
 
     def chat_prompt(self, text: str) -> list[int]:
         return self.model.chat_prompt(text)
@@ -155,12 +176,32 @@ class Pipeline:
         compiled = self.predictors.compiled
         if compiled is not None:
             self.engine.call(torch.no_grad()(compiled.warm_up), self.engine.max_batch)
+        mode = "chat" if self.family == "qwen3_omni" else "speak"
+        extra = {}
+        if self.abilities["clone"]:  # a second of a tone: the clone path's encoders warm up too
+            tone = 0.3 * np.sin(np.arange(SAMPLE_RATE) * 2 * np.pi * 220 / SAMPLE_RATE)
+            extra = dict(reference_audio=(SAMPLE_RATE, tone.astype(np.float32)), reference_text="warm up")
         for predictor in ("reprefill", "kv"):
             for do_sample in (False, True):
-                self.generate(SpeechRequest("warm up", mode="chat", predictor=predictor, do_sample=do_sample,
-                                            max_frames=3, max_text_tokens=3))
+                self.generate(SpeechRequest("warm up", mode=mode, predictor=predictor, do_sample=do_sample,
+                                            max_frames=3, max_text_tokens=3, **extra))
 
-    # ---- codes → audio ----------------------------------------------------------------------
+    # ---- audio → codes → audio ----------------------------------------------------------------
+
+    def encode(self, samples, sample_rate: int) -> np.ndarray:
+        """Audio (any rate, mono or [N, channels]; at most `info['max_encode_s']` seconds) → codes
+        [T, 16] int64 with the codec's encoder (Qwen3-TTS), in the engine's thread. T = ceil(seconds
+        · 12.5). Raises RequestError for audio that is not audio, silent or too long, and for a model
+        whose codec has no encoder."""
+        if not getattr(self.code2wav, "can_encode", False):
+            raise RequestError("this model's codec has no encoder (Qwen3-Omni publishes none): load a "
+                               "Qwen3-TTS model to turn audio into codes")
+        wav = clean_audio((sample_rate, samples), "audio")
+        return self.engine.call(self._encode, wav)
+
+    @torch.no_grad()
+    def _encode(self, wav: np.ndarray) -> np.ndarray:
+        return self.code2wav.encode(torch.from_numpy(wav).to(self.device)).cpu().numpy().astype(np.int64)
 
     def decode(self, codes, num_codebooks: int = 16, drop=None) -> np.ndarray:
         """codes [T, 16] → float32 audio at 24 kHz, from the first `num_codebooks` codebooks

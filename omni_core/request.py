@@ -34,23 +34,34 @@ class SpeechRequest:
     temperature: float = 0.9  # talker (CB0) sampling; HF defaults
     top_k: int = 50
     top_p: float = 1.0
-    repetition_penalty: float = 1.05  # applied in greedy mode too, as HF does
+    repetition_penalty: float | None = None  # None: the model's (HF's 1.05; a Qwen3-TTS checkpoint's
+    # generation_config.json); applied in greedy mode too, as HF does
     seed: int = 0
     max_frames: int | None = None  # None: scales with the text
     max_text_tokens: int | None = None  # chat mode: reply length; None: scales with the text
+    # Qwen3-TTS (refused, with a message, by a model that cannot use them; `pipe.info` lists what it can):
+    language: str | None = None  # one of the model's languages; None: auto
+    instruct: str | None = None  # how to speak (VoiceDesign; a 1.7B CustomVoice)
+    text_input: str | None = None  # "whole" (all text in the prompt) | "streaming" (a token per frame); None: the model's
+    reference_audio: tuple | None = None  # (sample_rate, samples): the voice a Base model clones
+    reference_text: str | None = None  # the clip's transcript (an in-context clone); None: the voice alone
 
-    def checked(self, speakers: list[str]) -> tuple["SpeechRequest", list[str]]:
-        """The request with clean values, and the warnings to show; raises RequestError."""
+    def checked(self, speakers: list[str], abilities: dict | None = None) -> tuple["SpeechRequest", list[str]]:
+        """The request with clean values, and the warnings to show; raises RequestError.
+        abilities: what the model can do (`Pipeline.info`); None: a Qwen3-Omni model's."""
+        can = {**OMNI_ABILITIES, "speakers": list(speakers), **(abilities or {})}
         warnings: list[str] = []
         text = _clean_text(self.text, warnings)
         mode = _choice("mode", self.mode, MODES)
+        if mode == "chat" and not can["chat"]:
+            raise RequestError("chat mode needs a thinker to write a reply; this model speaks the text it is "
+                               "given: use mode='speak'")
         predictor = _choice("predictor", self.predictor, PREDICTORS)
-        speaker = self.speaker.strip().lower() if isinstance(self.speaker, str) and self.speaker.strip() else None
-        if speaker is not None and speaker not in speakers:
-            raise RequestError(f"unknown speaker {self.speaker!r}: choose one of {', '.join(speakers)}")
+        speaker = _speaker(self.speaker, can)
         temperature = _number("temperature", self.temperature, 0.05, 5.0)
         top_p = _number("top_p", self.top_p, 0.01, 1.0)
-        penalty = _number("repetition_penalty", self.repetition_penalty, 1.0, 2.0)
+        penalty = self.repetition_penalty if self.repetition_penalty is not None else can["repetition_penalty"]
+        penalty = _number("repetition_penalty", penalty, 1.0, 2.0)
         top_k = _integer("top_k", self.top_k, 0, 2048)  # 0: no top-k filter
         seed = _integer("seed", self.seed, 0, MAX_SEED)
         max_frames = _limit("max_frames", self.max_frames, MAX_FRAMES, warnings)
@@ -59,8 +70,93 @@ class SpeechRequest:
             self, text=text, mode=mode, predictor=predictor, speaker=speaker, temperature=temperature,
             top_p=top_p, top_k=top_k, repetition_penalty=penalty, seed=seed, max_frames=max_frames,
             max_text_tokens=max_text_tokens, do_sample=bool(self.do_sample),
-            cuda_graph=None if self.cuda_graph is None else bool(self.cuda_graph))
+            cuda_graph=None if self.cuda_graph is None else bool(self.cuda_graph),
+            language=_language(self.language, can), instruct=_instruct(self.instruct, can),
+            text_input=_text_input(self.text_input, can), **_reference(self, can))
         return clean, warnings
+
+
+# What a Qwen3-Omni model can do (Pipeline.info lists a model's own).
+OMNI_ABILITIES = dict(family="qwen3_omni", kind="qwen3_omni", speakers=[], languages=[], instruct=False,
+                      clone=False, chat=True, text_input=["streaming"], default_text_input="streaming",
+                      repetition_penalty=1.05)
+
+
+def _what(can: dict) -> str:
+    return "Qwen3-Omni" if can["family"] == "qwen3_omni" else f"Qwen3-TTS {can['kind']}"
+
+
+def _speaker(value, can: dict) -> str | None:
+    speaker = value.strip().lower() if isinstance(value, str) and value.strip() else None
+    if speaker is None:
+        return None
+    if not can["speakers"]:
+        also = " (it clones the voice of reference_audio)" if can["clone"] else \
+            " (describe the voice with instruct)" if can["instruct"] else ""
+        raise RequestError(f"this {_what(can)} model has no named speakers{also}: leave speaker out")
+    if speaker not in can["speakers"]:
+        raise RequestError(f"unknown speaker {value!r}: choose one of {', '.join(can['speakers'])}")
+    return speaker
+
+
+def _language(value, can: dict) -> str | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not can["languages"]:
+        raise RequestError(f"a {_what(can)} model has no language choice (it speaks the language of the "
+                           "text): leave language out")
+    if not isinstance(value, str) or value.strip().lower() not in can["languages"]:
+        raise RequestError(f"unknown language {value!r}: choose one of {', '.join(can['languages'])}")
+    language = value.strip().lower()
+    return None if language == "auto" else language
+
+
+def _instruct(value, can: dict) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise RequestError(f"instruct must be a string, not {type(value).__name__}")
+    if not value.strip():
+        return None
+    if not can["instruct"]:
+        why = " (the 0.6B CustomVoice models take none)" if can["kind"] == "custom_voice" else ""
+        raise RequestError(f"this {_what(can)} model takes no instruction{why}: leave instruct out")
+    if len(value) > MAX_TEXT_CHARS:
+        raise RequestError(f"instruct is {len(value)} characters; the limit is {MAX_TEXT_CHARS}")
+    return value.strip()
+
+
+def _text_input(value, can: dict) -> str:
+    if value is None:
+        return can["default_text_input"]
+    if not isinstance(value, str) or value.strip().lower() not in can["text_input"]:
+        raise RequestError(f"text_input {value!r} is not available here: choose one of {', '.join(can['text_input'])}")
+    return value.strip().lower()
+
+
+def _reference(req: "SpeechRequest", can: dict) -> dict:
+    """reference_audio → (24000, float32 mono samples); reference_text checked."""
+    from omni_core.audio import SAMPLE_RATE, clean_audio
+
+    if req.reference_audio is None:
+        if req.reference_text is not None:
+            raise RequestError("reference_text is the transcript of reference_audio: pass the clip too")
+        if can["clone"]:
+            raise RequestError("this Qwen3-TTS Base model clones a voice: pass reference_audio=(sample_rate, samples)")
+        return {}
+    if not can["clone"]:
+        raise RequestError(f"reference_audio clones a voice, which only a Qwen3-TTS Base model does; this is a "
+                           f"{_what(can)} model" + (": choose a speaker" if can["speakers"] else ""))
+    samples = clean_audio(req.reference_audio, "reference_audio", min_samples=SAMPLE_RATE // 2)
+    text = req.reference_text
+    if text is not None:
+        if not isinstance(text, str):
+            raise RequestError(f"reference_text must be a string, not {type(text).__name__}")
+        if not text.strip():
+            raise RequestError("reference_text is empty: give the words spoken in the clip, or leave it out "
+                               "to clone the voice alone")
+        text = text.strip()[:MAX_TEXT_CHARS]
+    return dict(reference_audio=(SAMPLE_RATE, samples), reference_text=text)
 
 
 def _clean_text(text, warnings: list[str]) -> str:

@@ -55,29 +55,34 @@ class CausalConvNet(nn.Module):
 
 
 class CausalTransConvNet(nn.Module):
-    """ConvTranspose1d (kernel k, stride s) trimmed by k - s on both sides: L inputs → (L - m)·s
-    outputs, m = k/s - 1. With k = 2s (decoder), output j depends on inputs floor(j/s) and
-    floor(j/s) + 1; with k = s (upsample), on input floor(j/s) only."""
+    """ConvTranspose1d (kernel k, stride s): output j depends on inputs floor(j/s) and the m = k/s - 1
+    before it. Qwen3-Omni trims k - s outputs on both sides (L inputs → (L - m)·s outputs: each
+    output waits for the input after it); Qwen3-TTS trims only the right (`trim_left=False`: L
+    inputs → L·s outputs, fully causal, nothing held back). With k = s (upsample) nothing is trimmed."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int, trim_left: bool = True):
         super().__init__()
         if kernel_size not in (stride, 2 * stride):
             raise ValueError(f"transposed conv kernel {kernel_size} must be stride {stride} or twice it")
         self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
-        self.stride = stride
+        self.stride, self.trim_left = stride, trim_left
         self.trim = kernel_size - stride
         self.overlap = kernel_size // stride - 1  # m: inputs an output shares with the next input
 
     def output_length(self, length: int) -> int:
-        return (length - self.overlap) * self.stride
+        return (length - self.overlap) * self.stride if self.trim_left else length * self.stride
 
     def forward(self, x: torch.Tensor, state: CodecState | None = None) -> torch.Tensor:
-        """x: [B, C_in, L] → [B, C_out, (L - m)·s]. Streaming prepends the last m inputs, so each
+        """x: [B, C_in, L] → [B, C_out, output_length(L)]. Streaming prepends the last m inputs, so each
         chunk gives exactly the outputs its inputs made final."""
+        new = x.shape[-1]
         if state is not None:
             x = state.prepend(self, x, self.overlap, zeros_first=False)
         y = self.conv(x)
-        return y[..., self.trim:y.shape[-1] - self.trim]
+        if self.trim_left:
+            return y[..., self.trim:y.shape[-1] - self.trim]
+        past = x.shape[-1] - new  # carried inputs: their own outputs came out with the last chunk
+        return y[..., past * self.stride:(past + new) * self.stride]
 
 
 class SnakeBeta(nn.Module):
@@ -130,14 +135,15 @@ class DecoderResidualUnit(nn.Module):
 class DecoderBlock(nn.Module):
     """SnakeBeta, transposed conv ×rate (channels halve), residual units with dilations 1, 3, 9."""
 
-    def __init__(self, in_dim: int, rate: int):
+    def __init__(self, in_dim: int, rate: int, trim_left: bool = True):
         super().__init__()
         out_dim = in_dim // 2
         units = [DecoderResidualUnit(out_dim, dilation) for dilation in (1, 3, 9)]
-        self.block = nn.ModuleList([SnakeBeta(in_dim), CausalTransConvNet(in_dim, out_dim, 2 * rate, rate), *units])
+        up = CausalTransConvNet(in_dim, out_dim, 2 * rate, rate, trim_left)
+        self.block = nn.ModuleList([SnakeBeta(in_dim), up, *units])
 
     def forward(self, x: torch.Tensor, state: CodecState | None = None) -> torch.Tensor:
-        """x: [B, C, L] → [B, C/2, (L - 1)·rate]."""
+        """x: [B, C, L] → [B, C/2, (L - 1)·rate] (trim_left) or [B, C/2, L·rate]."""
         for module in self.block:
             x = module(x, state)
         return x
@@ -198,6 +204,41 @@ class Transformer(nn.Module):
         return self.norm(h)
 
 
+def build_upsample(dim: int, ratios: tuple[int, ...]) -> nn.ModuleList:
+    """`upsample`: (transposed conv ×f, ConvNeXt) for f in ratios, at `dim` channels."""
+    return nn.ModuleList(nn.ModuleList([CausalTransConvNet(dim, dim, f, f), ConvNeXtBlock(dim)]) for f in ratios)
+
+
+def build_decoder(in_dim: int, cfg: CodecConfig, trim_left: bool = True) -> nn.ModuleList:
+    """`decoder`: conv to decoder_dim; a DecoderBlock per upsample rate; SnakeBeta; conv to 1 channel."""
+    dim = cfg.decoder_dim
+    decoder = [CausalConvNet(in_dim, dim, 7)]
+    for i, rate in enumerate(cfg.upsample_rates):
+        decoder.append(DecoderBlock(dim // 2 ** i, rate, trim_left))
+    out_dim = dim // 2 ** len(cfg.upsample_rates)
+    return nn.ModuleList(decoder + [SnakeBeta(out_dim), CausalConvNet(out_dim, 1, 7)])
+
+
+def synthesize(upsample: nn.ModuleList, decoder: nn.ModuleList, h: torch.Tensor,
+               state: CodecState | None = None) -> torch.Tensor:
+    """The back end both codecs share: h [B, C, T] → wav [B, 1, S] in [-1, 1]."""
+    for blocks in upsample:
+        for block in blocks:
+            h = block(h, state)  # [B, C, f·L]
+    for block in decoder:
+        h = block(h, state)
+    return h.clamp(min=-1, max=1)
+
+
+def count_samples(module: nn.Module, num_frames: int) -> int:
+    """Samples a whole-utterance decode of `num_frames` frames yields through `module`'s transposed convs."""
+    length = num_frames
+    for m in module.modules():
+        if isinstance(m, CausalTransConvNet):
+            length = m.output_length(length)
+    return length
+
+
 class Code2Wav(nn.Module):
     def __init__(self, cfg: CodecConfig):
         super().__init__()
@@ -205,18 +246,12 @@ class Code2Wav(nn.Module):
         C = cfg.transformer.hidden_size
         self.pre_transformer = Transformer(cfg.transformer, cfg.layer_scale_initial_scale)
         self.code_embedding = nn.Embedding(cfg.codebook_size * cfg.num_quantizers, C)  # quantizer q: rows q·size..
-        self.upsample = nn.ModuleList(
-            nn.ModuleList([CausalTransConvNet(C, C, f, f), ConvNeXtBlock(C)]) for f in cfg.upsampling_ratios)
-        self.decoder = self._build_decoder(cfg)
+        self.upsample = build_upsample(C, cfg.upsampling_ratios)
+        self.decoder = build_decoder(C, cfg)
 
-    @staticmethod
-    def _build_decoder(cfg: CodecConfig) -> nn.ModuleList:
-        dim = cfg.decoder_dim
-        decoder = [CausalConvNet(cfg.transformer.hidden_size, dim, 7)]
-        for i, rate in enumerate(cfg.upsample_rates):
-            decoder.append(DecoderBlock(dim // 2 ** i, rate))
-        out_dim = dim // 2 ** len(cfg.upsample_rates)
-        return nn.ModuleList(decoder + [SnakeBeta(out_dim), CausalConvNet(out_dim, 1, 7)])
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.code_embedding.weight.dtype
 
     def forward(self, codes: torch.Tensor, num_codebooks: int | None = None,
                 state: CodecState | None = None, keep: torch.Tensor | None = None) -> torch.Tensor:
@@ -227,12 +262,7 @@ class Code2Wav(nn.Module):
         """
         h = self.embed(codes, num_codebooks, keep)  # [B, T, C]
         h = self.pre_transformer(h, state).transpose(1, 2)  # [B, C, T]
-        for blocks in self.upsample:
-            for block in blocks:
-                h = block(h, state)  # [B, C, f·L]
-        for block in self.decoder:
-            h = block(h, state)
-        return h.clamp(min=-1, max=1)
+        return synthesize(self.upsample, self.decoder, h, state)
 
     def embed(self, codes: torch.Tensor, num_codebooks: int | None = None,
               keep: torch.Tensor | None = None) -> torch.Tensor:
@@ -257,8 +287,4 @@ class Code2Wav(nn.Module):
 
     def num_samples(self, num_frames: int) -> int:
         """Samples a whole-utterance decode of `num_frames` frames yields."""
-        length = num_frames
-        for module in self.modules():
-            if isinstance(module, CausalTransConvNet):
-                length = module.output_length(length)
-        return length
+        return count_samples(self, num_frames)

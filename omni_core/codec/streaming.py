@@ -42,8 +42,7 @@ class StreamingDecoder:
         elif B != self.batch_size:
             raise ValueError(f"this stream decodes {self.batch_size} rows, got codes for {B}")
         if n == 0:
-            dtype = self.codec.code_embedding.weight.dtype
-            return torch.zeros(B, 1, 0, dtype=dtype, device=codes.device)
+            return torch.zeros(B, 1, 0, dtype=self.codec.dtype, device=codes.device)
         wav = self.codec(codes, self.num_codebooks, state=self.state)
         self.num_frames += n
         self.num_samples += wav.shape[-1]

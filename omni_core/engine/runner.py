@@ -1,6 +1,7 @@
 """`Runner`: the only place that calls the models.
 
-Per request: admission (prompts, and the thinker's prefill in chat mode), the talker's
+Per request: admission (prompts, and the thinker's prefill in chat mode; for Qwen3-TTS the
+talker's prompt from the request, a clone's x-vector and reference codes), the talker's
 prefill, the next talker input, CB0 from the codec head's logits. Batched, for all rows
 at once: one thinker token, one talker step (ragged cache lengths), the codec head, and
 one code-predictor call per predictor kind. A row's floats do not depend on its
@@ -19,6 +20,7 @@ from omni_core.engine.sequence import Sequence, default_text_tokens
 from omni_core.engine.speech_model import SpeechModel
 from omni_core.events import TextDelta
 from omni_core.models.qwen3_omni.prompt import TalkerPromptBuilder, TextSteps
+from omni_core.models.qwen3_tts import voices
 from omni_core.models.sampling import choose, choose_with_alternatives, repetition_penalty, suppress
 
 PREDICTOR_KINDS = {"reprefill": ("reprefill",), "kv": ("kv",), "compare": ("reprefill", "kv")}
@@ -34,6 +36,8 @@ class Runner:
         """Prompts and codec stream; in chat mode the thinker's prefill and the reply's first token."""
         m, req = self.model, seq.req
         seq.t0 = time.perf_counter()
+        if m.prompts is not None:
+            return self.admit_tts(seq)
         seq.prompt_ids = m.chat_prompt(req.text)
         seq.builder = TalkerPromptBuilder(m.config, m.thinker, m.talker)
         seq.decoder = StreamingDecoder(m.code2wav)
@@ -51,6 +55,25 @@ class Runner:
         prompt = torch.tensor([seq.prompt_ids], device=m.device)
         self.take_token(seq, m.thinker(prompt, seq.thinker_cache)[:, -1])
 
+    def admit_tts(self, seq: Sequence) -> None:
+        """Qwen3-TTS: the talker's prompt from the request (a clone's x-vector and reference codes
+        first), and the codec stream (a clone's reference codes go in first: the package decodes
+        reference + new codes and returns the new part)."""
+        m, req = self.model, seq.req
+        voice = voices.resolve(m.config, req.speaker or m.default_speaker, req.language)
+        xvector = reference = None
+        seq.decoder = StreamingDecoder(m.code2wav)
+        if req.reference_audio is not None:
+            wav = torch.from_numpy(req.reference_audio[1]).to(m.device)
+            xvector = m.speaker_encoder.embed(wav)
+            if req.reference_text is not None:
+                codes = m.code2wav.encode(wav)  # [T, 16]
+                reference = (req.reference_text, codes)
+                seq.decoder.push(codes.T[None])
+        prompt = m.prompts.build(req.text, voice, req.text_input == "whole", req.instruct, xvector, reference)
+        seq.prompt_ids, seq.reply, seq.talker_prompt = prompt.ids, prompt.text, prompt.embeds
+        seq.emit(TextDelta(req.text, seq.reply.spoken))
+
     def take_token(self, seq: Sequence, logits: torch.Tensor) -> None:
         """logits [1, V] → the reply's next token (HF: the thinker never feeds back its last)."""
         token, _ = choose(logits, seq.sampling, seq.gen_thinker)
@@ -67,7 +90,9 @@ class Runner:
     def start_talker(self, seq: Sequence) -> None:
         """The talker's prompt and its prefill (once the reply's first tokens are known)."""
         m = self.model
-        prompt = seq.builder.prompt(seq.prompt_ids, seq.reply.first_spoken, m.speaker_id(seq.req.speaker))
+        prompt = seq.talker_prompt
+        if prompt is None:
+            prompt = seq.builder.prompt(seq.prompt_ids, seq.reply.first_spoken, m.speaker_id(seq.req.speaker))
         seq.talker_cache = m.talker.model.new_cache(1, prompt.shape[1] + 64, like=prompt)
         seq.hidden = m.talker.model(prompt, seq.talker_cache, 0)[:, -1]
 
@@ -79,7 +104,7 @@ class Runner:
         """logits [1, V] from the codec head → CB0 [1], its probability [1], and the top-5 ids [1, 5] and
         probabilities [1, 5] of the same processed distribution (HF's processing)."""
         logits = suppress(repetition_penalty(logits, seq.history, seq.req.repetition_penalty),
-                          self.model.suppress_mask)
+                          self.model.cb0_mask(seq.history.shape[1]))
         chosen = choose_with_alternatives(logits, seq.sampling, seq.gen_talker)
         seq.history = torch.cat([seq.history, chosen[0][:, None]], dim=1)
         return chosen

@@ -53,6 +53,7 @@ class Sequence:
         self.shown = 0  # reply tokens already sent as TextDelta
         # model state
         self.thinker_cache = self.talker_cache = None
+        self.talker_prompt: torch.Tensor | None = None  # [1, L, C]; Qwen3-TTS builds it at admission
         self.hidden: torch.Tensor | None = None  # [1, C]: the talker's last hidden state, which CB0 is read from
         self.history = torch.empty(1, 0, dtype=torch.long, device=device)  # CB0s so far
         self.last_cb0: torch.Tensor | None = None  # [1]
@@ -100,7 +101,7 @@ class Sequence:
     def release(self) -> None:
         """Let go of the caches and the codec stream; the request is over."""
         self.thinker_cache = self.talker_cache = self.decoder = self.hidden = None
-        self.last_embeds = None
+        self.last_embeds = self.talker_prompt = None
         self.finished = True
 
 

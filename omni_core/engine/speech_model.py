@@ -11,24 +11,32 @@ from dataclasses import dataclass
 import torch
 
 from omni_core.codec.code2wav import Code2Wav
+from omni_core.codec.qwen3_tts import TTSCodec
 from omni_core.fast.predictors import Predictors
 from omni_core.models.config import OmniConfig
 from omni_core.models.qwen3_omni.talker import Talker
 from omni_core.models.qwen3_omni.thinker import Thinker
+from omni_core.models.qwen3_tts.config import TTSConfig
+from omni_core.models.qwen3_tts.prompt import PromptBuilder
+from omni_core.models.qwen3_tts.speaker_encoder import SpeakerEncoder
+from omni_core.models.qwen3_tts.talker import Talker as TTSTalker
 
 
 @dataclass(frozen=True)
 class SpeechModel:
-    config: OmniConfig
-    thinker: Thinker
-    talker: Talker
-    code2wav: Code2Wav
+    config: OmniConfig | TTSConfig
+    thinker: Thinker | None  # None: a Qwen3-TTS model (text goes straight to the talker)
+    talker: Talker | TTSTalker
+    code2wav: Code2Wav | TTSCodec  # the codec
     tokenizer: object
     device: torch.device
     dtype: torch.dtype
     predictors: Predictors  # the code predictor's fast path, chosen once
     suppress_mask: torch.Tensor  # [talker vocab] bool: ids CB0 never takes
-    default_speaker: str
+    default_speaker: str | None
+    prompts: PromptBuilder | None = None  # Qwen3-TTS: builds the talker's prompt from the request
+    speaker_encoder: SpeakerEncoder | None = None  # Qwen3-TTS Base: x-vectors of reference clips
+    min_new_tokens: int = 0  # CB0 cannot be codec EOS before this many frames (Qwen3-TTS: 2)
 
     @property
     def im_end(self) -> int:
@@ -45,3 +53,11 @@ class SpeechModel:
 
     def speaker_id(self, speaker: str | None) -> int:
         return self.config.speakers[speaker or self.default_speaker]
+
+    def cb0_mask(self, frames: int) -> torch.Tensor:
+        """The ids CB0 cannot take at this frame: the suppressed band, and codec EOS before min_new_tokens."""
+        if frames >= self.min_new_tokens:
+            return self.suppress_mask
+        mask = self.suppress_mask.clone()
+        mask[self.codec_eos] = True
+        return mask

@@ -37,7 +37,7 @@ import torch._inductor.config
 import torch.nn.functional as F
 
 from omni_core.fast.buckets import bucket, buckets_up_to
-from omni_core.models.code_predictor import PREDICTOR_SAMPLING, CodePredictor, predict_kv, predict_reprefill
+from omni_core.models.code_predictor import CodePredictor, predict_kv, predict_reprefill
 from omni_core.models.layers import DecoderStack
 from omni_core.models.sampling import TOP_K_ALTERNATIVES
 
@@ -68,7 +68,7 @@ class CompiledPredictors:
         self.lock = threading.Lock()
 
     def run(self, name: str, h: torch.Tensor, e0: torch.Tensor, noise: torch.Tensor, greedy_rows: torch.Tensor):
-        """The eager predictor `name` with PREDICTOR_SAMPLING, `noise` [G-1, B, V] and `greedy_rows` [B]
+        """The eager predictor `name` with the predictor's sampling, `noise` [G-1, B, V] and `greedy_rows` [B]
         (greedy-only batches too: one graph serves every mix), rows padded to a bucket."""
         B = h.shape[0]
         size = bucket(B) or B
@@ -78,13 +78,13 @@ class CompiledPredictors:
         greedy_rows = F.pad(greedy_rows, (0, pad), value=True)
         fn, key = self.fns[name], (name, size, h.dtype, h.device)
         if key in self.compiled:
-            out = fn(self.cp, h, e0, PREDICTOR_SAMPLING, noise=noise, greedy_rows=greedy_rows,
+            out = fn(self.cp, h, e0, self.cp.sampling, noise=noise, greedy_rows=greedy_rows,
                      alternatives=TOP_K_ALTERNATIVES)
         else:
             # The first call compiles. Freezing is process-wide config (passing it in torch.compile's
             # options changed nothing here), so it is set only for this call, one first call at a time.
             with self.lock, torch._inductor.config.patch(freezing=True):
-                out = fn(self.cp, h, e0, PREDICTOR_SAMPLING, noise=noise, greedy_rows=greedy_rows,
+                out = fn(self.cp, h, e0, self.cp.sampling, noise=noise, greedy_rows=greedy_rows,
                          alternatives=TOP_K_ALTERNATIVES)
             self.compiled.add(key)
         return tuple(t[:B] for t in out)
@@ -92,7 +92,7 @@ class CompiledPredictors:
     def warm_up(self, max_rows: int) -> None:
         """Compile every bucket a batch of up to `max_rows` rows uses, for both predictors."""
         cp, weight = self.cp, self.cp.lm_head[0].weight
-        V, C, G = weight.shape[0], weight.shape[1], cp.num_code_groups
+        V, C, G = weight.shape[0], cp.embedding_dim, cp.num_code_groups
         for size in buckets_up_to(max_rows):
             h, e0 = (torch.zeros(size, C, dtype=weight.dtype, device=weight.device) for _ in range(2))  # not one
             # tensor twice: dynamo would specialise the graph to the aliasing and compile again later

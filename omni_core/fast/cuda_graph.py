@@ -20,7 +20,7 @@ import threading
 import torch
 
 from omni_core.fast.buckets import BUCKETS
-from omni_core.models.code_predictor import PREDICTOR_SAMPLING, CodePredictor, predict_reprefill
+from omni_core.models.code_predictor import CodePredictor, predict_reprefill
 from omni_core.models.sampling import TOP_K_ALTERNATIVES
 
 
@@ -29,7 +29,7 @@ class GraphPredictor:
     def __init__(self, cp: CodePredictor, buckets: tuple[int, ...] = BUCKETS):
         self.cp, self.buckets = cp, buckets
         weight = cp.lm_head[0].weight
-        B, C, V, G = max(buckets), weight.shape[1], weight.shape[0], cp.num_code_groups
+        B, C, V, G = max(buckets), cp.embedding_dim, weight.shape[0], cp.num_code_groups
         dev, dt = weight.device, weight.dtype
         self.h = torch.zeros(B, C, dtype=dt, device=dev)  # static inputs
         self.e0 = torch.zeros(B, C, dtype=dt, device=dev)
@@ -44,12 +44,12 @@ class GraphPredictor:
 
     @torch.no_grad()
     def run(self, h: torch.Tensor, e0: torch.Tensor, noise: torch.Tensor, greedy_rows: torch.Tensor):
-        """`predict_reprefill` with PREDICTOR_SAMPLING, `noise` [G-1, B, V] and `greedy_rows` [B]
+        """`predict_reprefill` with the predictor's sampling, `noise` [G-1, B, V] and `greedy_rows` [B]
         (one graph per bucket serves greedy and sampled rows together)."""
         B = h.shape[0]
         size = self.bucket(B)
         if size is None:  # larger than every bucket: eager
-            return predict_reprefill(self.cp, h, e0, PREDICTOR_SAMPLING, noise=noise, greedy_rows=greedy_rows,
+            return predict_reprefill(self.cp, h, e0, self.cp.sampling, noise=noise, greedy_rows=greedy_rows,
                                      alternatives=TOP_K_ALTERNATIVES)
         with self.lock:
             graph, out = self.graphs.get(size) or self._capture(size)
@@ -62,7 +62,7 @@ class GraphPredictor:
 
     def _capture(self, size: int):
         """Warm up on a side stream, then capture into the shared memory pool."""
-        args = (self.cp, self.h[:size], self.e0[:size], PREDICTOR_SAMPLING)
+        args = (self.cp, self.h[:size], self.e0[:size], self.cp.sampling)
         kwargs = dict(noise=self.noise[:, :size], greedy_rows=self.greedy_rows[:size], alternatives=TOP_K_ALTERNATIVES)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from omni_core.models.code_predictor import GREEDY, PREDICTOR_SAMPLING, CodePredictor, predict_kv, predict_reprefill
+from omni_core.models.code_predictor import GREEDY, CodePredictor, predict_kv, predict_reprefill
 from omni_core.models.sampling import TOP_K_ALTERNATIVES
 
 EAGER = {"reprefill": predict_reprefill, "kv": predict_kv}
@@ -47,7 +47,7 @@ class Predictors:
         sample = [g is not None for g in generators]
         if not any(sample) and self.compiled is None and not use_graph:
             return EAGER[kind](self.cp, h, e0, GREEDY, alternatives=TOP_K_ALTERNATIVES)
-        noise = torch.cat([self.cp.frame_noise(1, PREDICTOR_SAMPLING, g, self.device) if g is not None
+        noise = torch.cat([self.cp.frame_noise(1, self.cp.sampling, g, self.device) if g is not None
                            else torch.ones(self.cp.num_code_groups - 1, 1, self.cp.lm_head[0].weight.shape[0],
                                            device=self.device) for g in generators], dim=1)  # [G-1, B, V]
         greedy_rows = torch.tensor([not s for s in sample], device=self.device)
@@ -55,5 +55,5 @@ class Predictors:
             return self.graph.run(h, e0, noise, greedy_rows)
         if self.compiled is not None:
             return self.compiled.run(kind, h, e0, noise, greedy_rows)
-        return EAGER[kind](self.cp, h, e0, PREDICTOR_SAMPLING, noise=noise,
+        return EAGER[kind](self.cp, h, e0, self.cp.sampling, noise=noise,
                            greedy_rows=greedy_rows if not all(sample) else None, alternatives=TOP_K_ALTERNATIVES)

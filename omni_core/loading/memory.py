@@ -60,18 +60,22 @@ class MemoryPlan:
         return f"{parts} · total {count(self.params)} params {size(self.weight_bytes)}"
 
 
-def plan(path: Path, dtype: torch.dtype) -> MemoryPlan:
-    """Parameters and bytes per part of the speech path, from the shards' headers."""
-    shapes: dict[str, list[int]] = {}
-    for shard in sorted(set(weight_map(path).values())):
-        shapes.update(read_header(shard))
+def plan(path: Path, dtype: torch.dtype, parts: dict[str, tuple[Path, str]] | None = None) -> MemoryPlan:
+    """Parameters and bytes per part of the speech path, from the shards' headers. `parts`: name →
+    (checkpoint folder, tensor prefix); by default Qwen3-Omni's parts in `path`."""
+    parts = parts or {name: (path, prefix) for name, prefix in PARTS.items()}
+    shapes: dict[Path, dict[str, list[int]]] = {}
     itemsize = torch.empty((), dtype=dtype).element_size()
-    parts = []
-    for name, prefix in PARTS.items():
-        params = sum(math.prod(shape) for t, shape in shapes.items()
+    out = []
+    for name, (folder, prefix) in parts.items():
+        if folder not in shapes:
+            shapes[folder] = {}
+            for shard in sorted(set(weight_map(folder).values())):
+                shapes[folder].update(read_header(shard))
+        params = sum(math.prod(shape) for t, shape in shapes[folder].items()
                      if t.startswith(prefix) and not t.startswith(SKIPPED))
-        parts.append(Part(name, params, params * itemsize))
-    return MemoryPlan(tuple(parts), dtype)
+        out.append(Part(name, params, params * itemsize))
+    return MemoryPlan(tuple(out), dtype)
 
 
 def read_header(shard: Path) -> dict[str, list[int]]:

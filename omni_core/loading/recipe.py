@@ -2,6 +2,7 @@
 recipe builds the modules on the meta device, checks memory, gives them storage and fills them.
 
     directory / hub id / 'tiny'   config.json + tokenizer files + safetensors shards
+                                  (Qwen3-TTS: + speech_tokenizer/, loading/qwen3_tts.py)
     'random:<name>'               a preset config, a built tokenizer, seeded random weights
 """
 
@@ -15,10 +16,11 @@ import torch
 from torch import nn
 
 from omni_core.codec.code2wav import Code2Wav
-from omni_core.loading import memory, random_weights
+from omni_core.loading import memory, qwen3_tts, random_weights
 from omni_core.loading.checkpoint import load_tokenizer, load_weights, materialize, read_config
-from omni_core.loading.hub import resolve_source
+from omni_core.loading.hub import is_hub_id, resolve_source
 from omni_core.models.config import CheckpointError, OmniConfig
+from omni_core.models.qwen3_tts.config import TTSConfig
 from omni_core.models.qwen3_omni.talker import Talker
 from omni_core.models.qwen3_omni.thinker import Thinker
 from omni_core.synthetic import presets, tiny
@@ -29,8 +31,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 @dataclass
 class LoadedModel:
     """What a Pipeline is built from: the config, the modules (read-only from now on) and the tokenizer."""
-    config: OmniConfig
-    modules: dict[str, nn.Module]  # "thinker", "talker", "code2wav"
+    config: OmniConfig | TTSConfig
+    modules: dict[str, nn.Module]  # "thinker" (Qwen3-Omni), "talker", "code2wav" (the codec), "speaker_encoder"
     tokenizer: object
     device: torch.device
     dtype: torch.dtype
@@ -44,21 +46,32 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
     """The recipe: read the source → build on meta → check memory → materialize → fill."""
     start = time.perf_counter()
     drawn = random_weights.is_random(source)
+    tts = False
     if drawn:
         options = random_weights.parse(str(source))
         cfg, tokenizer, path = presets.omni_config(options["layers"]), presets.build_tokenizer(), None
     else:
         path = resolve_source(source, revision)
         start = time.perf_counter()  # load time: after any download
-        cfg, tokenizer = read_config(path), load_tokenizer(path)
+        tts = qwen3_tts.is_tts(path)
+        if tts:
+            cfg = qwen3_tts.read_config(path)
+            tokenizer = qwen3_tts.load_text_tokenizer(path, from_hub=is_hub_id(str(source)))
+        else:
+            cfg, tokenizer = read_config(path), load_tokenizer(path)
     dev, dt = resolve_device(device), resolve_dtype(dtype, cfg)
-    modules = build_modules(cfg)
-    needs = random_weights.plan(modules, dt) if drawn else memory.plan(path, dt)
+    modules = qwen3_tts.build_modules(cfg) if tts else build_modules(cfg)
+    if drawn:
+        needs = random_weights.plan(modules, dt)
+    else:
+        needs = qwen3_tts.plan(path, cfg, dt) if tts else memory.plan(path, dt)
     free = memory.check(needs, dev, force)
     for m in modules.values():
         materialize(m, dev, dt).eval().requires_grad_(False)
     if drawn:
         random_weights.fill_random(modules, options["seed"])
+    elif tts:
+        qwen3_tts.load(modules, path, cfg, dev, dt)
     else:
         load_weights(modules, path)
     report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)

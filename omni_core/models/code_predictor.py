@@ -12,7 +12,9 @@ signature, identical codes:
   cache (cache length 2, 3, 4, ... after each step); 16 positions of work, not 135.
 
 Both return codes [B, G-1], their probabilities [B, G-1] and the codec embeddings
-[B, G-1, C] (the next talker input needs them); with `alternatives=k` also the k most
+[B, G-1, C] (the next talker input needs them). The codec embeddings and the inputs h, e0
+are as wide as the talker (C); a predictor narrower than its talker (Qwen3-TTS 1.7B) maps
+every input through `small_to_mtp_projection` (C → its hidden size) first; with `alternatives=k` also the k most
 probable codes of each step [B, G-1, k] and their probabilities (same distribution, same
 step: the engine asks for 5, for the app's frame inspector). When sampling, the noise for all
 G-1 steps is drawn up front from the caller's generator (`frame_noise`), so the
@@ -34,21 +36,36 @@ GREEDY = SamplingConfig()
 
 
 class CodePredictorModel(DecoderStack):
-    def __init__(self, cfg: DecoderConfig, num_code_groups: int):
+    def __init__(self, cfg: DecoderConfig, num_code_groups: int, embedding_dim: int):
         super().__init__(cfg)
-        self.codec_embedding = nn.ModuleList(nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.codec_embedding = nn.ModuleList(nn.Embedding(cfg.vocab_size, embedding_dim)
                                              for _ in range(num_code_groups - 1))
 
 
 class CodePredictor(nn.Module):
-    """talker.code_predictor.*"""
+    """talker.code_predictor.*
 
-    def __init__(self, cfg: DecoderConfig, num_code_groups: int):
+    embedding_dim: the talker's width (None: the predictor's own, as in Qwen3-Omni).
+    sampling: how the predictor samples when a request samples (Qwen3-Omni's HF code fixes
+    PREDICTOR_SAMPLING; Qwen3-TTS reads its `subtalker_*` generation settings)."""
+
+    def __init__(self, cfg: DecoderConfig, num_code_groups: int, embedding_dim: int | None = None,
+                 sampling: SamplingConfig | None = None):
         super().__init__()
         self.num_code_groups = num_code_groups
-        self.model = CodePredictorModel(cfg, num_code_groups)
+        self.embedding_dim = embedding_dim or cfg.hidden_size
+        self.sampling = sampling or PREDICTOR_SAMPLING
+        self.model = CodePredictorModel(cfg, num_code_groups, self.embedding_dim)
         self.lm_head = nn.ModuleList(Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
                                      for _ in range(num_code_groups - 1))
+        self.small_to_mtp_projection = (Linear(self.embedding_dim, cfg.hidden_size, bias=True)
+                                        if self.embedding_dim != cfg.hidden_size else None)
+
+    def forward(self, x: torch.Tensor, cache=None, start: int = 0) -> torch.Tensor:
+        """Inputs [B, T, C] (talker width) → the predictor's normed hidden states [B, T, H]."""
+        if self.small_to_mtp_projection is not None:
+            x = self.small_to_mtp_projection(x)
+        return self.model(x, cache, start)
 
     def step(self, j: int, last_hidden: torch.Tensor, sampling: SamplingConfig, noise: torch.Tensor | None,
              greedy_rows: torch.Tensor | None = None, alternatives: int = 0):
@@ -80,7 +97,7 @@ def predict_reprefill(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Te
     seq = torch.stack([h_talker, e_cb0], dim=1)  # [B, 2, C]
     steps = []
     for j in range(cp.num_code_groups - 1):
-        hidden = cp.model(seq)  # the whole sequence, no cache
+        hidden = cp(seq)  # the whole sequence, no cache
         steps.append(cp.step(j, hidden[:, -1], sampling, noise, greedy_rows, alternatives))
         seq = torch.cat([seq, steps[-1][2][:, None]], dim=1)  # [B, j+3, C]
     return _stacked(steps, alternatives)
@@ -99,12 +116,20 @@ def predict_kv(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Tensor,
     x = torch.stack([h_talker, e_cb0], dim=1)  # [B, 2, C] first, then [B, 1, C]
     steps = []
     for j in range(G - 1):
-        hidden = cp.model(x, cache, start=cache.length)
+        hidden = cp(x, cache, start=cache.length)
         if on_step is not None:
             on_step(cache)
         steps.append(cp.step(j, hidden[:, -1], sampling, noise, greedy_rows, alternatives))
         x = steps[-1][2][:, None]  # only the new position
     return _stacked(steps, alternatives)
+
+
+def frame_embedding(codec_embedding: nn.Embedding, cb0: torch.Tensor, residual_embeds: torch.Tensor) -> torch.Tensor:
+    """The talker's next input from a frame: cb0 [B] (embedded by the talker's `codec_embedding`) and
+    the predictor's embeddings of CB1..CB15 [B, G-1, C] → their sum [B, 1, C], over one stacked axis
+    as HF sums it, so the floats agree."""
+    every = torch.cat([codec_embedding(cb0)[:, None], residual_embeds], dim=1)
+    return every.sum(1, keepdim=True)
 
 
 def _stacked(steps: list[tuple], alternatives: int) -> tuple[torch.Tensor, ...]:

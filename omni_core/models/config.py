@@ -105,6 +105,7 @@ class OmniConfig:
     token_ids: dict[str, int]  # im_start, im_end, tts_pad, tts_bos, tts_eos, user, assistant
     torch_dtype: str = "float32"
     sample_rate: int = 24000
+    family = "qwen3_omni"
 
     def __post_init__(self):
         if self.num_code_groups != self.codec.num_quantizers:

@@ -228,6 +228,18 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(gate) * up)
 
 
+class ResizeMLP(nn.Module):
+    """One space into another (text_projection, hidden_projection): fc1, SiLU, fc2, with biases."""
+
+    def __init__(self, in_dim: int, intermediate: int, out_dim: int):
+        super().__init__()
+        self.linear_fc1 = Linear(in_dim, intermediate, bias=True)
+        self.linear_fc2 = Linear(intermediate, out_dim, bias=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear_fc2(F.silu(self.linear_fc1(x)))
+
+
 class Router(nn.Module):
     def __init__(self, cfg: DecoderConfig):
         super().__init__()

@@ -8,30 +8,17 @@ text, projected, one token per frame (`trailing_text_hidden[k]`, then `tts_pad`)
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from omni_core.models.code_predictor import CodePredictor
+from omni_core.models.code_predictor import CodePredictor, frame_embedding
 from omni_core.models.config import OmniConfig
-from omni_core.models.layers import DecoderStack, Linear
+from omni_core.models.layers import DecoderStack, Linear, ResizeMLP
 
 
 class TalkerModel(DecoderStack):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.codec_embedding = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-
-
-class ResizeMLP(nn.Module):
-    """Thinker space → talker space (text_projection, hidden_projection)."""
-
-    def __init__(self, in_dim: int, intermediate: int, out_dim: int):
-        super().__init__()
-        self.linear_fc1 = Linear(in_dim, intermediate, bias=True)
-        self.linear_fc2 = Linear(intermediate, out_dim, bias=True)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear_fc2(F.silu(self.linear_fc1(x)))
 
 
 class Talker(nn.Module):
@@ -47,7 +34,5 @@ class Talker(nn.Module):
         self.code_predictor = CodePredictor(cfg.predictor, cfg.num_code_groups)
 
     def embed_codes(self, cb0: torch.Tensor, residual_embeds: torch.Tensor) -> torch.Tensor:
-        """cb0 [B], residual_embeds [B, G-1, C] → the frame's summed codec embedding [B, 1, C].
-        Summed over one stacked axis, as HF does, so the floats agree."""
-        every = torch.cat([self.model.codec_embedding(cb0)[:, None], residual_embeds], dim=1)
-        return every.sum(1, keepdim=True)
+        """cb0 [B], residual_embeds [B, G-1, C] → the frame's summed codec embedding [B, 1, C]."""
+        return frame_embedding(self.model.codec_embedding, cb0, residual_embeds)

@@ -1,0 +1,145 @@
+"""The talker's prompt (prefill) and its text steps, built as the package's `generate` builds them.
+
+With T(ids) = text_projection(text_embedding(ids)), C(ids) the talker's codec embedding, the
+text tokenized as `<|im_start|>assistant\\n{text}<|im_end|>\\n<|im_start|>assistant\\n` (ids[:3]
+the role, ids[3:-5] the text), and bos, eos, pad = T([tts_bos, tts_eos, tts_pad]):
+
+    instruction (optional)   T(<|im_start|>user\\n{instruct}<|im_end|>\\n)
+    role                     T(ids[:3])
+    codec track              [pad × (n-2), bos] + C(track[:-1]), track = think/language tags,
+                             speaker slot (if any), codec_pad, codec_bos
+    streaming text           T(ids[3]) + C(codec_bos); then one text token per frame:
+                             T(ids[4:-5]), eos, then pad
+    whole text               (T(ids[3:-5]), eos) + C(codec_pad) each, then pad + C(codec_bos);
+                             then pad every frame
+    ICL clone (replaces the text rows): text = T(ref ids ++ ids[3:-5]) ++ eos, codec =
+                             C(codec_bos) ++ the reference frames' summed embeddings;
+                             whole: text + C(codec_pad), then codec + pad;
+                             streaming: text + codec over the codec's length (text padded with
+                             pad), the rest of the text as the text steps
+
+docs/QWEN3_TTS.md lists where each piece is in the package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from omni_core.models.qwen3_tts.config import TTSConfig
+from omni_core.models.qwen3_tts.talker import Talker
+from omni_core.models.qwen3_tts.voices import Voice, codec_track
+
+
+def assistant_text(text: str) -> str:
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def reference_text(text: str) -> str:
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n"
+
+
+def instruct_text(text: str) -> str:
+    return f"<|im_start|>user\n{text}<|im_end|>\n"
+
+
+class TextSteps:
+    """The text the talker reads at each decode step k: `steps[k]` ([1, 1, H]), then tts_pad forever.
+    Speaks the engine's text-steps interface (done, ids, spoken, ready, [k])."""
+
+    def __init__(self, steps: torch.Tensor, pad: torch.Tensor, ids: list[int]):
+        self.steps, self.pad = steps, pad  # [1, K, H], [1, 1, H]
+        self.ids = list(ids)  # the spoken text's ids (the request's text)
+        self.done = True  # all text is known before the first frame
+
+    @property
+    def spoken(self) -> list[int]:
+        return self.ids
+
+    @property
+    def can_prompt(self) -> bool:
+        return True
+
+    def ready(self, k: int) -> bool:
+        return True
+
+    def __getitem__(self, k: int) -> torch.Tensor:
+        return self.steps[:, k:k + 1] if k < self.steps.shape[1] else self.pad
+
+
+@dataclass
+class Prompt:
+    embeds: torch.Tensor  # [1, L, H]: the talker's prefill
+    text: TextSteps
+    ids: list[int]  # the tokenized assistant text
+
+
+class PromptBuilder:
+    """Projects text into the talker's space; one per pipeline, stateless between requests."""
+
+    def __init__(self, cfg: TTSConfig, talker: Talker, tokenizer):
+        self.cfg, self.talker, self.tokenizer = cfg, talker, tokenizer
+        t = cfg.token_ids
+        self.bos, self.eos, self.pad = self.project([t["tts_bos"], t["tts_eos"], t["tts_pad"]]).chunk(3, dim=1)
+
+    @property
+    def device(self) -> torch.device:
+        return self.talker.codec_head.weight.device
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.tokenizer(text)["input_ids"])
+
+    def project(self, ids: list[int]) -> torch.Tensor:
+        return self.talker.project_text(torch.tensor([ids], device=self.device))
+
+    @torch.no_grad()
+    def build(self, text: str, voice: Voice, whole: bool, instruct: str | None = None,
+              xvector: torch.Tensor | None = None, reference: tuple[str, torch.Tensor] | None = None) -> Prompt:
+        """xvector [H]: a clone's speaker embedding (fills the speaker slot); reference = (transcript,
+        codes [T, 16]): an ICL clone."""
+        ids = self.tokenize(assistant_text(text))
+        parts = [self.project(self.tokenize(instruct_text(instruct)))] if instruct else []
+        parts.append(self.project(ids[:3]))
+        track = self.track(voice, xvector)  # [1, n, H]
+        n = track.shape[1]
+        parts.append(torch.cat([self.pad.expand(1, n - 2, -1), self.bos], dim=1) + track[:, :-1])
+        if reference is not None:
+            rows, steps = self.icl(ids[3:-5], reference, whole)
+        elif whole:
+            text_rows = torch.cat([self.project(ids[3:-5]), self.eos], dim=1)
+            pads = self.talker.embed_codec([self.cfg.codec_ids["codec_pad_id"]] * text_rows.shape[1])
+            rows, steps = torch.cat([text_rows + pads, self.pad + track[:, -1:]], dim=1), self.pad
+        else:
+            rows = self.project(ids[3:4]) + track[:, -1:]
+            steps = torch.cat([self.project(ids[4:-5]), self.eos], dim=1)
+        parts.append(rows)
+        return Prompt(torch.cat(parts, dim=1), TextSteps(steps, self.pad, ids[3:-5]), ids)
+
+    def track(self, voice: Voice, xvector: torch.Tensor | None) -> torch.Tensor:
+        """The codec track's embeddings [1, n, H]: tags, speaker slot, codec_pad, codec_bos."""
+        c = self.cfg.codec_ids
+        tags = self.talker.embed_codec(codec_track(self.cfg, voice))
+        tail = self.talker.embed_codec([c["codec_pad_id"], c["codec_bos_id"]])
+        if xvector is not None:
+            speaker = [xvector.to(tags.dtype).view(1, 1, -1)]
+        elif voice.speaker_id is not None:
+            speaker = [self.talker.embed_codec([voice.speaker_id])]
+        else:
+            speaker = []
+        return torch.cat([tags, *speaker, tail], dim=1)
+
+    def icl(self, text_ids: list[int], reference: tuple[str, torch.Tensor], whole: bool):
+        """An ICL clone's rows [1, R, H] and text steps."""
+        transcript, codes = reference
+        ref_ids = self.tokenize(reference_text(transcript))[3:-2]
+        text = torch.cat([self.project(ref_ids + text_ids), self.eos], dim=1)  # [1, Lt, H]
+        c = self.cfg.codec_ids
+        codec = torch.cat([self.talker.embed_codec([c["codec_bos_id"]]), self.talker.embed_frames(codes)], dim=1)
+        Lt, Lc = text.shape[1], codec.shape[1]
+        if whole:
+            pads = self.talker.embed_codec([c["codec_pad_id"]] * Lt)
+            return torch.cat([text + pads, codec + self.pad], dim=1), self.pad
+        if Lt > Lc:
+            return text[:, :Lc] + codec, text[:, Lc:]
+        return torch.cat([text, self.pad.expand(1, Lc - Lt, -1)], dim=1) + codec, self.pad
