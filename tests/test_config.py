@@ -67,8 +67,6 @@ def test_a_bad_field_is_a_checkpoint_error_naming_it(d, message):
         OmniConfig.from_hf(d)
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError, reason="from_hf reads these with d[...]: a bare KeyError, "
-                                                        "not a CheckpointError naming the field")
 @pytest.mark.parametrize("path", [("im_end_token_id",), ("talker_config", "codec_bos_id"),
                                   ("thinker_config", "text_config", "hidden_size")])
 def test_a_missing_id_or_size_is_a_checkpoint_error_naming_it(path):
