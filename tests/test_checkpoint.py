@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from omni_core import CheckpointError, SpeechRequest, load_pipeline
-from omni_core.synthetic.tiny import build_tokenizer, ensure_tiny
+from omni_core.synthetic.tiny import build_tokenizer
 
 from .conftest import hf_reference, our_pipeline
 
@@ -125,11 +125,3 @@ def test_broken_checkpoint_names_the_problem(sharded, tmp_path, breaker):
 def test_not_a_directory(tmp_path):
     with pytest.raises(CheckpointError, match="not a directory"):
         load_pipeline(str(tmp_path / "nowhere"))
-
-
-def test_tiny_is_cached_and_deterministic(tmp_path):
-    a, b = ensure_tiny("tiny", tmp_path / "a"), ensure_tiny("tiny", tmp_path / "b")
-    assert ensure_tiny("tiny", tmp_path / "a") == a
-    for shard in sorted(a.glob("*.safetensors")):
-        left, right = load_file(shard), load_file(b / shard.name)
-        assert all(torch.equal(left[k], right[k]) for k in left)

@@ -20,7 +20,6 @@ from transformers import Qwen3OmniMoeForConditionalGeneration
 from app import figures
 from app.files import OutputDir
 from app.handlers import Lab
-from app.take import Take
 from omni_core import AudioChunk, Done, Frame, SpeechRequest, TextDelta, load_pipeline
 from omni_core.cli import main as cli_main
 
@@ -216,14 +215,3 @@ def test_app_codes_api_zero_one_and_a_few_frames(eos_tiny, tmp_path, frames):
     doc, wav = Lab(pipe, OutputDir(tmp_path), streaming=True).codes(UTTERANCES[frames], predictor="kv")
     assert len(doc["codes"]) == frames and doc["stats"]["stopped"] == "eos"
     assert len(sf.read(wav)[0]) == expected_samples(pipe, frames)
-
-
-def test_take_and_figures_with_zero_frames():
-    take = Take()
-    codes, probs, mismatch = take.arrays()
-    assert codes.shape == (0, 16) and probs is None and mismatch is None
-    assert take.audio_array().shape == (0,)
-    for view in figures.VIEWS:
-        fig = figures.heatmap(codes, probs, mismatch, view)
-        assert isinstance(fig, go.Figure) and fig.layout.annotations  # the empty figure says why
-        fig.to_json()

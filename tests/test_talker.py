@@ -1,5 +1,5 @@
-"""The talker's inputs: the next-step input HF's `prepare_inputs_for_generation` builds,
-and the speak-mode prompt HF builds from the same thinker states."""
+"""The talker's inputs and codes: the next-step input HF's `prepare_inputs_for_generation` builds,
+and speak mode's codes against HF's (the prompt itself: test_prompt.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from transformers import DynamicCache, LogitsProcessor
 
 from omni_core import SpeechRequest
 from omni_core.models.code_predictor import predict_reprefill
-from omni_core.models.qwen3_omni.prompt import TalkerPromptBuilder, TextSteps
 
 
 def test_next_talker_input_equals_hf(hf, pipe):
@@ -67,19 +66,6 @@ def hf_talker_inputs(hf, pipe, text: str, max_frames: int):
     finally:
         hf.talker.generate, hf.code2wav.chunked_decode = original, decode
     return prompt, reply, captured, wav.reshape(-1).numpy()
-
-
-def test_speak_mode_prompt_equals_hf(hf, pipe):
-    text = "Say exactly this."
-    prompt, reply, want, _ = hf_talker_inputs(hf, pipe, text, 4)
-    builder = TalkerPromptBuilder(pipe.config, pipe.thinker, pipe.talker)
-    steps = TextSteps(builder, reply, done=True)
-    got = builder.prompt(prompt, steps.first_spoken, pipe.speaker_id("ethan"))
-    torch.testing.assert_close(got, want["inputs_embeds"], atol=1e-5, rtol=1e-5)
-    trailing = want["trailing_text_hidden"]
-    got_steps = torch.cat([steps[k] for k in range(trailing.shape[1] + 2)], dim=1)
-    torch.testing.assert_close(got_steps[:, :trailing.shape[1]], trailing, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(got_steps[:, -2:], want["tts_pad_embed"].expand(1, 2, -1))
 
 
 def test_speak_mode_codes_equal_hf(hf, pipe):

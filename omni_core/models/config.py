@@ -116,6 +116,16 @@ class OmniConfig:
 
     @classmethod
     def from_hf(cls, d: dict) -> "OmniConfig":
+        """The speech path's fields of a Qwen3-Omni config.json (a dict), checked: a missing or
+        wrong field is a CheckpointError that names it."""
+        try:
+            return cls._from_hf(d)
+        except KeyError as e:
+            raise CheckpointError(f"config.json has no {e.args[0]!r} field, which the speech path needs: "
+                                  "is it a complete Qwen3-Omni config?") from None
+
+    @classmethod
+    def _from_hf(cls, d: dict) -> "OmniConfig":
         if d.get("model_type") != "qwen3_omni_moe":
             raise CheckpointError(f"config.json has model_type {d.get('model_type')!r}, not 'qwen3_omni_moe': "
                                   "this is not a Qwen3-Omni checkpoint")

@@ -1,0 +1,85 @@
+"""`Runner` (omni_core/engine/runner.py), the only caller of the models: admission in speak mode (no
+thinker) and chat mode (prefill, first token), reply tokens up to the limit, the talker's prefill,
+CB0 with its alternatives, and one predictor call per kind with compare rows in both."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from omni_core import SpeechRequest, TextDelta
+from omni_core.codec.streaming import StreamingDecoder
+from omni_core.engine.runner import Runner
+from omni_core.engine.sequence import Sequence
+
+from .conftest import our_pipeline
+
+
+@pytest.fixture
+def runner():
+    with torch.no_grad():
+        yield Runner(our_pipeline("tiny").model)
+
+
+def new(runner, **fields) -> Sequence:
+    m = runner.model
+    return Sequence(SpeechRequest(fields.pop("text", "Hello."), **fields), [], m.device, m.dtype)
+
+
+def events(seq) -> list:
+    out = []
+    while not seq.events.empty():
+        out.append(seq.events.get())
+    return out
+
+
+def test_speak_admission_takes_the_text_as_the_reply_without_the_thinker(runner):
+    m = runner.model
+    seq = new(runner, text="Say this.")
+    runner.admit(seq)
+    ids = m.tokenizer("Say this.", add_special_tokens=False)["input_ids"]
+    assert seq.prompt_ids == m.chat_prompt("Say this.") and seq.reply.ids == ids + [m.im_end] and seq.reply.done
+    assert seq.thinker_cache is None and isinstance(seq.decoder, StreamingDecoder) and seq.can_talk
+    (delta,) = events(seq)
+    assert isinstance(delta, TextDelta) and delta.text == "Say this." and delta.token_ids == ids
+
+
+def test_chat_admission_prefills_and_the_reply_stops_at_max_text_tokens(runner):
+    seq = new(runner, mode="chat", max_text_tokens=3)
+    runner.admit(seq)
+    assert seq.max_text_tokens == 3 and len(seq.reply.ids) == 1 and not seq.reply.done
+    assert seq.thinker_cache is not None and seq.last_token.shape == (1,)
+    while not seq.reply.done:
+        runner.take_token(seq, runner.think([seq]))
+    assert len(seq.reply.ids) == 3 and seq.thinker_cache is None
+    spoken = [t for e in events(seq) for t in e.token_ids]
+    assert spoken == seq.reply.spoken  # each token sent once, never the last
+
+
+def test_the_talker_starts_then_cb0_comes_with_its_alternatives(runner):
+    m = runner.model
+    seq = new(runner)
+    runner.admit(seq)
+    runner.start_talker(seq)
+    assert seq.talking and seq.hidden.shape == (1, m.config.talker.hidden_size)
+    cb0, p0, top, top_probs = runner.next_cb0(seq, runner.cb0_logits([seq]))
+    assert cb0.shape == p0.shape == (1,) and top.shape == top_probs.shape == (1, 5)
+    assert int(top[0, 0]) == int(cb0) and 0 < float(p0) <= 1  # greedy: the most probable
+    assert not m.suppress_mask[top[0]].any()  # never a suppressed special id
+    assert seq.history.tolist() == [[int(cb0)]]
+
+
+def test_predict_makes_one_call_per_kind_and_compare_rows_are_in_both(runner):
+    m = runner.model
+    seqs = [new(runner, predictor=p) for p in ("reprefill", "kv", "compare")]
+    g = torch.Generator().manual_seed(0)
+    for s in seqs:
+        s.hidden = torch.randn(1, m.config.talker.hidden_size, generator=g)
+    cb0 = {s: (torch.tensor([7 + i]),) for i, s in enumerate(seqs)}
+    calls_before = m.predictors.calls
+    out = runner.predict(seqs, cb0)
+    assert m.predictors.calls - calls_before == 2
+    assert set(out) == {(seqs[0], "reprefill"), (seqs[1], "kv"), (seqs[2], "reprefill"), (seqs[2], "kv")}
+    codes, probs, embeds, top, top_probs = out[seqs[2], "kv"]
+    assert codes.shape == (1, 15) and embeds.shape == (1, 15, m.config.talker.hidden_size) and top.shape == (1, 15, 5)
+    torch.testing.assert_close(out[seqs[2], "kv"][0], out[seqs[2], "reprefill"][0])  # float32 greedy: they agree

@@ -1,0 +1,89 @@
+"""StreamingDecoder (omni_core/codec/streaming.py): pushing codes chunk by chunk gives the whole
+decode (float32 up to rounding, float64 exactly), for any chunk size, fewer codebooks, batch rows
+and bfloat16; the first frame's audio comes at once; a stream keeps its batch size."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from omni_core.codec.streaming import StreamingDecoder
+
+from .codec_models import NUM_FRAMES, PRESETS, models, random_codes, stream_all
+
+
+@pytest.fixture(scope="module", params=PRESETS)
+def pair(request):
+    return models(request.param)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 25, NUM_FRAMES])
+def test_stream_equals_whole_decode(pair, chunk):
+    _, ours = pair
+    codes = random_codes()
+    whole = ours(codes)
+    streamed, sizes = stream_all(ours, codes, chunk)
+    assert streamed.shape == whole.shape
+    torch.testing.assert_close(streamed, whole, atol=1e-4, rtol=0)
+    spf = ours.cfg.samples_per_frame
+    assert sizes[0] == min(chunk, NUM_FRAMES) * spf - (spf - ours.num_samples(1)) > 0  # audio from frame 1
+
+
+@torch.no_grad()
+def test_stream_is_exact_in_float64():
+    """In float32 the stream differs from the whole decode by rounding only; float64 shows it."""
+    _, ours = models("tiny-b")
+    wide = copy.deepcopy(ours).double()
+    codes = random_codes(seed=1)
+    streamed, _ = stream_all(wide, codes, 3)
+    torch.testing.assert_close(streamed, wide(codes), atol=1e-10, rtol=0)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("k", [1, 5])
+def test_stream_of_fewer_codebooks_equals_their_whole_decode(pair, k):
+    _, ours = pair
+    codes = random_codes()
+    torch.testing.assert_close(stream_all(ours, codes, 4, num_codebooks=k)[0], ours(codes, num_codebooks=k),
+                               atol=1e-4, rtol=0)
+
+
+@torch.no_grad()
+def test_batch_rows_stream_independently(pair):
+    _, ours = pair
+    codes = random_codes(batch=3, seed=2)
+    streamed, _ = stream_all(ours, codes, 4)
+    for row in range(3):
+        torch.testing.assert_close(streamed[row:row + 1], ours(codes[row:row + 1]), atol=1e-4, rtol=0)
+
+
+@torch.no_grad()
+def test_counters_and_holdback():
+    _, ours = models("tiny")
+    stream = StreamingDecoder(ours)
+    assert stream.holdback == 555
+    first = stream.push(random_codes(num_frames=1))
+    second = stream.push(random_codes(num_frames=2, seed=1))
+    assert (first.shape[-1], second.shape[-1]) == (1920 - 555, 2 * 1920)
+    assert (stream.num_frames, stream.num_samples) == (3, ours.num_samples(3))
+
+
+@torch.no_grad()
+def test_bfloat16_stream_smoke():
+    _, ours = models("tiny")
+    half = copy.deepcopy(ours).to(torch.bfloat16)
+    streamed, _ = stream_all(half, random_codes(num_frames=5), 2)
+    assert streamed.dtype == torch.bfloat16 and streamed.shape == (1, 1, ours.num_samples(5))
+    assert torch.isfinite(streamed).all() and streamed.float().std() > 0.01
+
+
+def test_a_stream_keeps_its_rows_and_an_empty_push_is_empty():
+    _, ours = models("tiny")
+    stream = StreamingDecoder(ours)
+    stream.push(random_codes(batch=2, num_frames=1))
+    with pytest.raises(ValueError, match="rows"):
+        stream.push(random_codes(batch=1, num_frames=1))
+    assert stream.push(random_codes(batch=2, num_frames=0)).shape == (2, 1, 0)
