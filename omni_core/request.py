@@ -51,7 +51,8 @@ class SpeechRequest:
         abilities: what the model can do (`Pipeline.info`); None: a Qwen3-Omni model's."""
         can = {**OMNI_ABILITIES, "speakers": list(speakers), **(abilities or {})}
         warnings: list[str] = []
-        text = _clean_text(self.text, warnings)
+        # Qwen3-TTS: the text is tokenized as given (its spaces are tokens), as the package does.
+        text = _clean_text(self.text, warnings, strip=can["family"] == "qwen3_omni")
         mode = _choice("mode", self.mode, MODES)
         if mode == "chat" and not can["chat"]:
             raise RequestError("chat mode needs a thinker to write a reply; this model speaks the text it is "
@@ -123,7 +124,7 @@ def _instruct(value, can: dict) -> str | None:
         raise RequestError(f"this {_what(can)} model takes no instruction{why}: leave instruct out")
     if len(value) > MAX_TEXT_CHARS:
         raise RequestError(f"instruct is {len(value)} characters; the limit is {MAX_TEXT_CHARS}")
-    return value.strip()
+    return value  # as given: the package tokenizes it so
 
 
 def _text_input(value, can: dict) -> str:
@@ -155,11 +156,11 @@ def _reference(req: "SpeechRequest", can: dict) -> dict:
         if not text.strip():
             raise RequestError("reference_text is empty: give the words spoken in the clip, or leave it out "
                                "to clone the voice alone")
-        text = text.strip()[:MAX_TEXT_CHARS]
+        text = text[:MAX_TEXT_CHARS]  # as given: the package tokenizes it so
     return dict(reference_audio=(SAMPLE_RATE, samples), reference_text=text)
 
 
-def _clean_text(text, warnings: list[str]) -> str:
+def _clean_text(text, warnings: list[str], strip: bool = True) -> str:
     if not isinstance(text, str):
         raise RequestError(f"text must be a string, not {type(text).__name__}")
     # Lone surrogates cannot be encoded; replace them rather than fail deep in the tokenizer.
@@ -168,7 +169,7 @@ def _clean_text(text, warnings: list[str]) -> str:
     text = "".join(" " if unicodedata.category(c) == "Cc" and c not in "\n\t" else c for c in text)
     if not text.strip():
         raise RequestError("text is empty: type something to say")
-    text = text.strip()
+    text = text.strip() if strip else text
     if len(text) > MAX_TEXT_CHARS:
         warnings.append(f"text is {len(text)} characters; only the first {MAX_TEXT_CHARS} are used")
         text = text[:MAX_TEXT_CHARS]

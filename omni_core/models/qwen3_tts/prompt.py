@@ -81,7 +81,8 @@ class PromptBuilder:
     def __init__(self, cfg: TTSConfig, talker: Talker, tokenizer):
         self.cfg, self.talker, self.tokenizer = cfg, talker, tokenizer
         t = cfg.token_ids
-        self.bos, self.eos, self.pad = self.project([t["tts_bos"], t["tts_eos"], t["tts_pad"]]).chunk(3, dim=1)
+        specials = torch.tensor([[t["tts_bos"], t["tts_eos"], t["tts_pad"]]], device=self.device)
+        self.bos, self.eos, self.pad = talker.project_text(specials).chunk(3, dim=1)
 
     @property
     def device(self) -> torch.device:
@@ -91,6 +92,9 @@ class PromptBuilder:
         return list(self.tokenizer(text)["input_ids"])
 
     def project(self, ids: list[int]) -> torch.Tensor:
+        """ids → T(ids) [1, len(ids), H] (no rows for no ids)."""
+        if not ids:
+            return self.pad[:, :0]
         return self.talker.project_text(torch.tensor([ids], device=self.device))
 
     @torch.no_grad()

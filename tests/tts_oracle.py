@@ -1,0 +1,101 @@
+"""The Qwen3-TTS oracle for the parity tests: the official package in .venv-ref, as a subprocess.
+
+`checkpoint(kind)` builds the oracle's random checkpoints once (custom_voice, voice_design,
+base) into the synthetic cache, `oracle(...)` runs a subcommand of
+tests/reference/qwen_tts_oracle.py and caches its .npz output beside them, keyed by the
+oracle script, the checkpoint and the inputs, so a second test run does not start the
+package again. `our_tts(kind)` loads our pipeline on the same checkpoint. Tests that need the
+oracle skip, saying why, when .venv-ref is missing (scripts/setup_ref.sh makes it).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from omni_core.synthetic.tiny import cache_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+REF_PYTHON = ROOT / ".venv-ref" / "bin" / "python"
+SCRIPT = ROOT / "tests" / "reference" / "qwen_tts_oracle.py"
+KINDS = ("custom_voice", "voice_design", "base")
+
+
+def require_oracle() -> None:
+    if not REF_PYTHON.exists():
+        pytest.skip("the Qwen3-TTS oracle needs .venv-ref with the official qwen-tts package: "
+                    "run scripts/setup_ref.sh")
+
+
+def _version() -> str:
+    return hashlib.sha256(SCRIPT.read_bytes()).hexdigest()[:12]
+
+
+def oracle_root() -> Path:
+    return cache_dir() / f"qwen3-tts-oracle-{_version()}"
+
+
+@functools.lru_cache(maxsize=None)
+def checkpoint(kind: str) -> Path:
+    """The oracle's checkpoint folder of `kind` (built on first use, all kinds at once)."""
+    require_oracle()
+    root = oracle_root()
+    if not all((root / k / "config.json").exists() for k in KINDS):
+        _call(["build", str(root)])
+    return root / kind
+
+
+def oracle(command: str, kind: str, payload, dtype: str = "float32") -> dict[str, np.ndarray]:
+    """Run `command` (run | encode | decode | xvector) on checkpoint `kind` with `payload` (the request
+    list for run, a dict of arrays otherwise); the outputs as arrays. Cached on disk by content."""
+    folder = checkpoint(kind)
+    blob = json.dumps(payload, sort_keys=True, default=_jsonable).encode()
+    key = hashlib.sha256(blob + command.encode() + kind.encode() + dtype.encode()).hexdigest()[:20]
+    out = folder.parent / "runs" / f"{command}-{key}.npz"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".in.json" if command == "run" else ".in.npz")
+        if command == "run":
+            tmp.write_text(json.dumps(payload, default=_jsonable))
+        else:
+            np.savez(tmp, **payload)
+        partial = out.with_name(out.stem + ".partial.npz")
+        args = [command, str(folder), str(tmp), str(partial)] + (["--dtype", dtype] if command == "run" else [])
+        _call(args)
+        partial.rename(out)
+        tmp.unlink()
+    with np.load(out) as data:
+        return {k: data[k] for k in data.files}
+
+
+def _jsonable(x):
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(type(x))
+
+
+def _call(args: list[str]) -> None:
+    proc = subprocess.run([str(REF_PYTHON), str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode:
+        raise RuntimeError(f"the oracle failed ({' '.join(args[:2])}):\n{proc.stderr[-3000:]}")
+
+
+@functools.lru_cache(maxsize=None)
+def our_tts(kind: str, dtype: str = "float32"):
+    from omni_core import load_pipeline
+
+    return load_pipeline(checkpoint(kind), device="cpu", dtype=dtype)
+
+
+def tone(seconds: float = 1.3, rate: int = 24000, seed: int = 0) -> np.ndarray:
+    """A synthetic clip: a modulated tone, a high partial and a little noise (float32)."""
+    t = np.arange(int(seconds * rate)) / rate
+    noise = np.random.default_rng(seed).standard_normal(t.size)
+    x = 0.3 * np.sin(2 * np.pi * 220 * t) * np.sin(2 * np.pi * 3 * t) + 0.1 * np.sin(2 * np.pi * 1300 * t)
+    return (x + 0.02 * noise).astype(np.float32)
