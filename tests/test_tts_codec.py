@@ -1,0 +1,87 @@
+"""The Qwen3-TTS codec (omni_core/codec/qwen3_tts.py) against the official package's tokenizer, and
+its streaming decode against its whole decode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from omni_core import RequestError
+from omni_core.codec.streaming import StreamingDecoder
+from tests.tts_oracle import oracle, our_tts, tone
+
+CODES = np.random.default_rng(1).integers(0, 2048, (40, 16))  # crosses the 6-frame attention window
+
+
+def test_decode_equals_the_package():
+    want = oracle("decode", "custom_voice", {"codes": CODES})["audio"]
+    got = our_tts("custom_voice").decode(CODES)
+    assert got.shape == want.shape == (40 * 1920,)
+    np.testing.assert_allclose(got, want, atol=1e-4)
+    assert np.abs(want).max() > 0.1
+
+
+@pytest.mark.parametrize("seconds, rate", [(1.3, 24000), (0.93, 24000)])
+def test_encode_equals_the_package(seconds, rate):
+    clip = tone(seconds, rate)
+    want = oracle("encode", "base", {"audio": clip, "sample_rate": np.array(rate)})["codes"]
+    got = our_tts("base").encode(clip, rate)
+    assert got.dtype == np.int64 and got.shape == (int(np.ceil(len(clip) / 1920)), 16)
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(got[:, 0])) > 1  # the codes vary over time
+
+
+def test_xvector_equals_the_package():
+    clip = tone(1.1)
+    want = oracle("xvector", "base", {"audio": clip, "sample_rate": np.array(24000)})["xvector"]
+    got = our_tts("base").speaker_encoder.embed(torch.from_numpy(clip)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("chunks", [[1] * 12, [3, 1, 7, 1], [12]])
+def test_streaming_decode_equals_whole_decode(chunks):
+    """Every frame's 1920 samples come out as soon as the frame does (nothing held back), and the
+    pushes together are the whole decode."""
+    codec = our_tts("custom_voice").code2wav
+    codes = torch.from_numpy(CODES[:sum(chunks)].T)[None]  # [1, 16, T]
+    with torch.no_grad():
+        whole = codec(codes)[0, 0]
+    stream, start, parts = StreamingDecoder(codec), 0, []
+    assert stream.holdback == 0
+    for n in chunks:
+        parts.append(stream.push(codes[..., start:start + n])[0, 0])
+        assert parts[-1].shape[0] == 1920 * n
+        start += n
+    torch.testing.assert_close(torch.cat(parts), whole, atol=1e-5, rtol=0)
+
+
+def test_fewer_codebooks_and_dropped_cells():
+    pipe = our_tts("custom_voice")
+    full = pipe.decode(CODES[:8])
+    coarse = pipe.decode(CODES[:8], num_codebooks=1)
+    assert coarse.shape == full.shape and not np.allclose(coarse, full)
+    drop = np.zeros((8, 16), bool)
+    drop[:, 1:] = True  # dropping codebooks 1..15 everywhere is the 1-codebook decode
+    np.testing.assert_allclose(pipe.decode(CODES[:8], drop=drop), coarse, atol=1e-6)
+
+
+@pytest.mark.parametrize("audio, rate, message", [
+    (np.zeros(24000, np.float32), 24000, "silent"),
+    (np.ones(61 * 8000, np.float32) * 0.1, 8000, "the limit is 60 s"),
+    (np.array(["not", "audio"]), 24000, "samples must be numbers"),
+    (tone(0.5), 123, "not audio this model can take"),
+    (tone(0.5), 24000.5, "whole number of Hz"),
+    (np.full(24000, np.nan, np.float32), 24000, "NaN"),
+])
+def test_encode_refuses_bad_audio(audio, rate, message):
+    with pytest.raises(RequestError, match=message):
+        our_tts("base").encode(audio, rate)
+
+
+def test_encode_takes_other_rates_and_stereo():
+    clip = tone(1.0, 16000)
+    codes = our_tts("base").encode(np.stack([clip, clip], axis=1), 16000)  # [N, 2] at 16 kHz
+    assert codes.shape == (13, 16)  # 1 s at 24 kHz: ceil(24000 / 1920)
+    pcm = (tone(1.0) * 32767).astype(np.int16)
+    np.testing.assert_array_equal(our_tts("base").encode(pcm, 24000), our_tts("base").encode(pcm / 32768, 24000))
