@@ -85,13 +85,13 @@ class Pipeline:
         return dict(
             source=self.source, name=Path(self.source).name or self.source, random_weights=self.random_weights,
             device=str(self.device), dtype=str(self.dtype).replace("torch.", ""), compiled=self.compiled,
-            cuda_available=torch.cuda.is_available(), speakers=list(self.speakers),
+            cuda_available=torch.cuda.is_available(), **self.abilities,
             default_speaker=self.default_speaker, sample_rate=cfg.sample_rate,
             samples_per_frame=cfg.codec.samples_per_frame,
             frame_ms=1000 * cfg.codec.samples_per_frame / cfg.sample_rate,
             codebook_size=cfg.codec.codebook_size, num_code_groups=cfg.num_code_groups,
             max_batch=self.engine.max_batch, can_encode=getattr(self.code2wav, "can_encode", False),
-            max_encode_s=MAX_SECONDS, **self.abilities,
+            max_encode_s=MAX_SECONDS,
         )
 
     @property

@@ -24,6 +24,7 @@ import shutil
 from pathlib import Path
 
 from omni_core.synthetic import tiny
+from omni_core.synthetic import qwen3_tts as synthetic_tts
 from omni_core.models.config import CheckpointError
 from omni_core.loading.memory import size
 
@@ -47,6 +48,8 @@ def resolve_source(source: str | Path, revision: str | None = None) -> Path:
     name = str(source)
     if name in tiny.PRESETS:
         return tiny.ensure_tiny(name)
+    if name == synthetic_tts.TINY:
+        return synthetic_tts.ensure_tiny_tts()
     if not is_hub_id(name):
         path = Path(name).expanduser()
         if not path.exists():

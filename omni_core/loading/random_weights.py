@@ -9,6 +9,8 @@ benchmarks). Source syntax:
     random:qwen3-omni-30b-a3b?layers=N    thinker and talker cut to N layers (CPU tests);
                                           the 5-layer predictor and 8-layer Code2Wav stay
     random:...?seed=S                     another draw of the weights (default tiny.SEED)
+    random:qwen3-tts-0.6b, -1.7b          Qwen3-TTS CustomVoice at its real widths (synthetic/qwen3_tts.py;
+                                          layers=N cuts the talker), the codec without its encoder
 
 The weights follow synthetic/tiny.py's spread (std 1/sqrt(fan_in), norms 1, biases 0, the codec
 as `tiny.spread_codec`), so routing, attention and codes vary as in the tiny model.
@@ -24,10 +26,10 @@ from torch import nn
 
 from omni_core.loading import memory
 from omni_core.models.config import CheckpointError
-from omni_core.synthetic import presets, tiny
+from omni_core.synthetic import presets, qwen3_tts, tiny
 
 PREFIX = "random:"
-NAMES = (presets.NAME,)
+NAMES = (presets.NAME, *qwen3_tts.RANDOM)
 
 
 def is_random(source) -> bool:
@@ -35,7 +37,7 @@ def is_random(source) -> bool:
 
 
 def parse(source: str) -> dict:
-    """'random:<name>[?layers=N&seed=S]' → {"layers": N or None, "seed": S}."""
+    """'random:<name>[?layers=N&seed=S]' → {"name": name, "layers": N or None, "seed": S}."""
     parts = urlsplit(str(source)[len(PREFIX):])
     if parts.path not in NAMES:
         raise CheckpointError(f"unknown random model {parts.path!r} in {source!r}: use "
@@ -50,7 +52,7 @@ def parse(source: str) -> dict:
             raise CheckpointError(f"option {key}={value!r} in {source!r} is not an integer") from None
     if options["layers"] is not None and options["layers"] < 1:
         raise CheckpointError(f"layers must be at least 1 in {source!r}")
-    return options
+    return {"name": parts.path, **options}
 
 
 def plan(modules: dict[str, nn.Module], dtype: torch.dtype) -> memory.MemoryPlan:
@@ -64,8 +66,11 @@ def plan(modules: dict[str, nn.Module], dtype: torch.dtype) -> memory.MemoryPlan
 def fill_random(modules: dict[str, nn.Module], seed: int = tiny.SEED) -> None:
     """Seeded random weights, drawn on each parameter's own device and in its own dtype."""
     for i, (prefix, module) in enumerate(sorted(modules.items())):
-        if prefix == "code2wav":
-            tiny.spread_codec(module, seed + 100)  # CPU draws, copied over: 0.2B parameters
+        if prefix == "code2wav":  # CPU draws, copied over: 0.1-0.2B parameters
+            if hasattr(module, "encode"):  # Qwen3-TTS's codec
+                qwen3_tts.spread_codec(module.decoder, torch.Generator().manual_seed(seed + 100))
+            else:
+                tiny.spread_codec(module, seed + 100)
             continue
         device = next(module.parameters()).device
         gen = torch.Generator(device=device).manual_seed(seed + 100 + i)

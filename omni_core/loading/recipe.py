@@ -24,6 +24,7 @@ from omni_core.models.qwen3_tts.config import TTSConfig
 from omni_core.models.qwen3_omni.talker import Talker
 from omni_core.models.qwen3_omni.thinker import Thinker
 from omni_core.synthetic import presets, tiny
+from omni_core.synthetic import qwen3_tts as synthetic_tts
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -49,7 +50,9 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
     tts = False
     if drawn:
         options = random_weights.parse(str(source))
-        cfg, tokenizer, path = presets.omni_config(options["layers"]), presets.build_tokenizer(), None
+        tts = options["name"] in synthetic_tts.RANDOM
+        cfg = synthetic_tts.tts_config(options["name"], options["layers"]) if tts else presets.omni_config(options["layers"])
+        tokenizer, path = presets.build_tokenizer(), None
     else:
         path = resolve_source(source, revision)
         start = time.perf_counter()  # load time: after any download
@@ -75,7 +78,8 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
     else:
         load_weights(modules, path)
     report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)
-    return LoadedModel(cfg, modules, tokenizer, dev, dt, str(source), drawn or str(source) in tiny.PRESETS, report)
+    synthetic = drawn or str(source) in tiny.PRESETS or str(source) == synthetic_tts.TINY
+    return LoadedModel(cfg, modules, tokenizer, dev, dt, str(source), synthetic, report)
 
 
 def build_modules(cfg: OmniConfig) -> dict[str, nn.Module]:

@@ -173,9 +173,10 @@ def spread_weights(model) -> None:
     spread_codec(model.code2wav)
 
 
-def spread_codec(code2wav, seed: int = SEED + 2) -> None:
+def spread_codec(code2wav, seed: int = SEED + 2, skip: frozenset[str] = frozenset()) -> None:
     """Unit-gain random weights; residual branches and the output conv scaled down and the output
-    conv made DC-free, so activations stay O(1) through the decoder and the audio mostly unclamped."""
+    conv made DC-free, so activations stay O(1) through the decoder and the audio mostly unclamped.
+    Parameters named in `skip` are left as they are (the caller fills them)."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -184,6 +185,8 @@ def spread_codec(code2wav, seed: int = SEED + 2) -> None:
     with torch.no_grad():
         for name, p in code2wav.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
+            if name in skip:
+                continue
             if name == "code_embedding.weight":
                 p.copy_(rand(p.shape, 1.0))
             elif p.dim() >= 2:

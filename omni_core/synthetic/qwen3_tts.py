@@ -1,0 +1,227 @@
+"""Qwen3-TTS checkpoints made locally: `tiny-tts` on disk, and the real sizes for 'random:' sources.
+
+- `tiny-tts`: a CustomVoice model (three speakers, one of them a dialect speaker; five
+  languages; a 0.6B-style model, so no instruction) with its codec and the codec's encoder,
+  written in the hub layout (config.json, generation_config.json, model.safetensors, the
+  tokenizer, speech_tokenizer/) with seeded random weights, once, into the synthetic cache. It
+  is built with omni_core's own modules (the official classes live in their own environment:
+  tests/reference/qwen_tts_oracle.py) and loaded through the same code as a real checkpoint.
+- `random:qwen3-tts-0.6b`, `random:qwen3-tts-1.7b`: the real widths (the package's config
+  classes and the issue's reading of the released configs: 28 dense layers, 16/8 heads, head
+  dim 128; 0.6B hidden 1024 / FFN 3072, 1.7B hidden 2048 / FFN 6144 with a 1024-wide predictor;
+  the codec's decoder 8 × 512, latent 1024, codebook_dim 512) with random weights drawn on the
+  device (loading/random_weights.py). The released files could not be read here (no hub
+  access): these widths are the best reading, not a copy.
+
+The tokenizer is presets.build_tokenizer (bytes, and Qwen's special ids): the model never sees
+a difference, its weights being random and every id in the real vocabulary.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import torch
+
+from omni_core.synthetic import presets, tiny
+
+TINY = "tiny-tts"
+RANDOM = ("qwen3-tts-0.6b", "qwen3-tts-1.7b")
+SEED = 20260116
+TEXT_VOCAB = 151936
+
+_CODEC_IDS = dict(codec_pad_id=2148, codec_bos_id=2149, codec_eos_token_id=2150, codec_think_id=2154,
+                  codec_nothink_id=2155, codec_think_bos_id=2156, codec_think_eos_id=2157)
+_LANGUAGES = {"chinese": 2055, "english": 2050, "german": 2053, "japanese": 2058, "korean": 2064,
+              "french": 2061, "russian": 2069, "portuguese": 2071, "spanish": 2054, "italian": 2070,
+              "beijing_dialect": 2074, "sichuan_dialect": 2062}
+_SPEAKERS = {"vivian": 3065, "serena": 3066, "uncle_fu": 3010, "dylan": 2878, "eric": 2875, "ryan": 3061,
+             "aiden": 2861, "ono_anna": 2873, "sohee": 2864}
+_DIALECTS = {"dylan": "beijing_dialect", "eric": "sichuan_dialect"}
+_TOKENS = {k: presets.TOKEN_IDS[v] for k, v in (("im_start", "<|im_start|>"), ("im_end", "<|im_end|>"),
+                                                   ("tts_pad", "<tts_pad>"), ("tts_bos", "<tts_text_bos>"),
+                                                   ("tts_eos", "<tts_text_eod>"))}
+_GENERATION = dict(do_sample=True, top_k=50, top_p=1.0, temperature=0.9, repetition_penalty=1.05,
+                   subtalker_dosample=True, subtalker_top_k=50, subtalker_top_p=1.0, subtalker_temperature=0.9,
+                   max_new_tokens=8192)
+
+
+def _talker(hidden: int, ffn: int, layers: int, heads: int, kv: int, head_dim: int, text_hidden: int,
+            predictor: dict, speakers: dict) -> dict:
+    half = head_dim // 2
+    section = [half - 2 * (half * 5 // 16), half * 5 // 16, half * 5 // 16]  # 128 → [24, 20, 20]
+    return dict(
+        vocab_size=3072, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim, hidden_act="silu",
+        rms_norm_eps=1e-6, rope_theta=1_000_000.0, max_position_embeddings=32768,
+        rope_scaling={"rope_type": "default", "mrope_section": section, "interleaved": True},
+        num_code_groups=16, text_vocab_size=TEXT_VOCAB, text_hidden_size=text_hidden,
+        spk_id=dict(speakers), spk_is_dialect={s: _DIALECTS.get(s, False) for s in speakers},
+        codec_language_id=dict(_LANGUAGES), code_predictor_config=dict(
+            vocab_size=2048, num_code_groups=16, rms_norm_eps=1e-6, rope_theta=1_000_000.0, **predictor),
+        **_CODEC_IDS)
+
+
+def _predictor(hidden, ffn, layers, heads, kv, head_dim) -> dict:
+    return dict(hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers, num_attention_heads=heads,
+                num_key_value_heads=kv, head_dim=head_dim)
+
+
+REAL_PREDICTOR = _predictor(1024, 3072, 5, 16, 8, 128)
+CONFIGS = {
+    TINY: dict(model_type="qwen3_tts", tts_model_type="custom_voice", tts_model_size="0b6",
+               tokenizer_type="qwen3_tts_tokenizer_12hz",
+               talker_config=_talker(64, 128, 2, 4, 2, 16, 32, _predictor(64, 96, 2, 4, 2, 16),
+                                     {s: _SPEAKERS[s] for s in ("vivian", "ryan", "dylan")})),
+    "qwen3-tts-0.6b": dict(model_type="qwen3_tts", tts_model_type="custom_voice", tts_model_size="0b6",
+                           tokenizer_type="qwen3_tts_tokenizer_12hz",
+                           talker_config=_talker(1024, 3072, 28, 16, 8, 128, 2048, REAL_PREDICTOR, _SPEAKERS)),
+    "qwen3-tts-1.7b": dict(model_type="qwen3_tts", tts_model_type="custom_voice", tts_model_size="1b7",
+                           tokenizer_type="qwen3_tts_tokenizer_12hz",
+                           talker_config=_talker(2048, 6144, 28, 16, 8, 128, 2048, REAL_PREDICTOR, _SPEAKERS)),
+}
+for _c in CONFIGS.values():
+    _c.update({f"{k}_token_id": v for k, v in _TOKENS.items()}, dtype="bfloat16")
+CONFIGS[TINY]["dtype"] = "float32"
+
+_MIMI = dict(sampling_rate=24000, frame_rate=12.5, audio_channels=1, num_quantizers=32, codebook_size=2048,
+             num_semantic_quantizers=1, upsampling_ratios=[8, 6, 5, 4], use_causal_conv=True, compress=2)
+CODECS = {
+    TINY: dict(decoder=dict(codebook_dim=16, latent_dim=32, hidden_size=32, num_attention_heads=4,
+                            num_key_value_heads=4, head_dim=8, intermediate_size=64, num_hidden_layers=2,
+                            decoder_dim=32, sliding_window=8),
+               encoder=dict(_MIMI, hidden_size=16, num_filters=4, codebook_dim=8,
+                            vector_quantization_hidden_dimension=8, upsample_groups=16, num_hidden_layers=2,
+                            intermediate_size=32, num_attention_heads=2, num_key_value_heads=2, head_dim=8)),
+    "real": dict(decoder=dict(codebook_dim=512, latent_dim=1024, hidden_size=512, num_attention_heads=16,
+                              num_key_value_heads=16, head_dim=64, intermediate_size=1024, num_hidden_layers=8,
+                              decoder_dim=1536, sliding_window=72),
+                 encoder=dict(_MIMI, hidden_size=512, num_filters=64, codebook_dim=256,
+                              vector_quantization_hidden_dimension=256, upsample_groups=512, num_hidden_layers=8,
+                              intermediate_size=2048, num_attention_heads=8, num_key_value_heads=8, head_dim=64)),
+}
+
+
+def config_dict(name: str) -> dict:
+    return copy.deepcopy(CONFIGS[name])
+
+
+def codec_dict(name: str) -> dict:
+    spec = CODECS[TINY if name == TINY else "real"]
+    decoder = dict(codebook_size=2048, num_quantizers=16, upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2],
+                   rope_theta=10000.0, rms_norm_eps=1e-5, max_position_embeddings=8000, **spec["decoder"])
+    return dict(model_type="qwen3_tts_tokenizer_12hz", encoder_config=copy.deepcopy(spec["encoder"]),
+                decoder_config=decoder, encoder_valid_num_quantizers=16, input_sample_rate=24000,
+                output_sample_rate=24000, decode_upsample_rate=1920, encode_downsample_rate=1920)
+
+
+def tts_config(name: str, layers: int | None = None):
+    """The TTSConfig of a preset; `layers` cuts the talker (the predictor and the codec keep theirs)."""
+    from omni_core.models.qwen3_tts.config import TTSConfig
+
+    d = config_dict(name)
+    if layers is not None:
+        d["talker_config"]["num_hidden_layers"] = int(layers)
+    codec = codec_dict(name)
+    if name != TINY:
+        codec["encoder_config"] = None  # a random encoder would encode nothing meaningful: not built
+    return TTSConfig.from_hf(d, codec, _GENERATION)
+
+
+# ---- tiny-tts on disk ------------------------------------------------------------------------
+
+def ensure_tiny_tts(root: Path | None = None) -> Path:
+    """Path of the cached tiny-tts checkpoint, written on first use (atomically)."""
+    return tiny.write_once((root or tiny.cache_dir()) / f"{TINY}-v1", write_tiny_tts)
+
+
+def write_tiny_tts(folder: Path) -> None:
+    from safetensors.torch import save_file
+
+    from omni_core.codec.qwen3_tts import ENCODER_RENAMES, TTSCodec
+    from omni_core.loading.checkpoint import checkpoint_names
+    from omni_core.models.qwen3_tts.talker import Talker
+
+    cfg = tts_config(TINY)
+    gen = torch.Generator().manual_seed(SEED)
+    talker, codec = Talker(cfg), TTSCodec(cfg.codec)
+    spread(talker, gen)
+    spread_codec(codec.decoder, gen)
+    encoder = mimi_encoder(cfg.codec, gen)
+    (folder / "speech_tokenizer").mkdir(parents=True)
+    save_file(_named(checkpoint_names(talker), "talker."), str(folder / "model.safetensors"))
+    codec_state = _named(checkpoint_names(codec.decoder), "decoder.")
+    for name, tensor in encoder.state_dict().items():
+        for old, new in ENCODER_RENAMES:  # back to the names the package writes
+            if name.startswith(new):
+                name = old + name[len(new):]
+                break
+        codec_state["encoder." + name] = tensor.contiguous()
+    save_file(codec_state, str(folder / "speech_tokenizer" / "model.safetensors"))
+    _json(folder / "config.json", config_dict(TINY))
+    _json(folder / "generation_config.json", _GENERATION)
+    _json(folder / "speech_tokenizer" / "config.json", codec_dict(TINY))
+    _json(folder / "speech_tokenizer" / "preprocessor_config.json",
+          dict(feature_extractor_type="EncodecFeatureExtractor", feature_size=1, sampling_rate=24000,
+               padding_value=0.0, padding_side="right", return_attention_mask=True))
+    presets.build_tokenizer().save_pretrained(folder)
+
+
+def _named(names: dict, prefix: str) -> dict[str, torch.Tensor]:
+    """Checkpoint name → tensor (fused parameters split back into the checkpoint's tensors)."""
+    out = {}
+    for name, (param, index) in names.items():
+        out[prefix + name] = (param.data if index is None else param.data[index]).contiguous().clone()
+    return out
+
+
+def _json(path: Path, obj: dict) -> None:
+    path.write_text(json.dumps(obj, indent=2) + "\n")
+
+
+# ---- seeded weights ---------------------------------------------------------------------------
+
+@torch.no_grad()
+def spread(module: torch.nn.Module, gen: torch.Generator) -> None:
+    """Matrices ~ N(0, 1/fan_in), norm weights near 1, biases small: logits spread, codes vary."""
+    for name, p in module.named_parameters():
+        if p.dim() >= 2:
+            p.copy_(torch.randn(p.shape, generator=gen) * p[0].numel() ** -0.5)
+        elif name.endswith(("norm.weight", "layernorm.weight")):
+            p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+        else:
+            p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+
+
+@torch.no_grad()
+def spread_codec(decoder: torch.nn.Module, gen: torch.Generator) -> None:
+    """Like tiny.spread_codec, plus codebooks of unit spread with positive usage counts."""
+    for name, p in decoder.named_parameters():
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf == "embedding_sum":
+            p.copy_(torch.randn(p.shape, generator=gen))
+        elif leaf == "cluster_usage":
+            p.copy_(torch.rand(p.shape, generator=gen) + 0.5)
+    codebooks = frozenset(n for n, _ in decoder.named_parameters() if n.endswith(("embedding_sum", "cluster_usage")))
+    tiny.spread_codec(decoder, int(torch.randint(0, 2**31, (1,), generator=gen)), skip=codebooks)
+
+
+@torch.no_grad()
+def mimi_encoder(cfg, gen: torch.Generator):
+    """transformers' MimiModel (encoder half) with seeded weights and codebook statistics."""
+    from transformers import MimiConfig, MimiModel
+
+    model = MimiModel(MimiConfig(**cfg.encoder))
+    model.decoder = None
+    spread(model, gen)  # layer scales, LayerNorms and biases too: all O(1) or small
+    for name, b in model.named_buffers():  # the codebooks' statistics (the rest are derived tables)
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf == "embed_sum":
+            b.copy_(torch.randn(b.shape, generator=gen))
+        elif leaf == "cluster_usage":
+            b.copy_(torch.rand(b.shape, generator=gen) + 0.5)
+        elif leaf == "initialized":
+            b.fill_(1.0)
+    return model.eval()
