@@ -1,11 +1,12 @@
-"""Model sources: 'tiny' / 'tiny-b', a local checkpoint directory, or a hub id ('org/name').
+"""Model sources: 'tiny' / 'tiny-b' / 'tiny-tts', a local checkpoint directory, or a hub id ('org/name').
 
 A hub id is fetched with `huggingface_hub.snapshot_download` into the standard cache
 (`HF_HOME` / `HF_HUB_CACHE` respected), only the files the speech path reads: the
 configs, the tokenizer and chat template, the safetensors index and the shards that
 hold thinker / talker / Code2Wav tensors. Before the shards, config.json and the
 index are fetched: the config must be a Qwen3-Omni one, and the index's total size
-must fit on the cache's disk. `HF_HUB_OFFLINE=1` reads the cache and never the network.
+must fit on the cache's disk. A Qwen3-TTS repo (model_type qwen3_tts, a few GB at most)
+is fetched whole: configs, tokenizer, weights and speech_tokenizer/ (its codec). `HF_HUB_OFFLINE=1` reads the cache and never the network.
 
 Resuming: a dropped connection resumes within the file (an HTTP Range request,
 huggingface_hub's retries); files that finished stay in the cache, so a stopped
@@ -36,6 +37,9 @@ INDEX = "model.safetensors.index.json"
 SPEECH_FILES = ["config.json", "generation_config.json", "tokenizer*", "vocab.json", "merges.txt",
                 "added_tokens.json", "special_tokens_map.json", "chat_template.json", "chat_template.jinja", INDEX]
 SKIPPED_PREFIXES = ("thinker.audio_tower.", "thinker.visual.")  # never loaded (see checkpoint.py)
+# Qwen3-TTS: the weights (one file or shards) and the codec in speech_tokenizer/, which the official
+# package also fetches on its own (`allow_patterns=["speech_tokenizer/*"]`).
+TTS_FILES = ["*.safetensors", "speech_tokenizer/*"]
 
 
 def is_hub_id(source: str) -> bool:
@@ -69,9 +73,12 @@ def download(repo_id: str, revision: str | None = None) -> Path:
     from huggingface_hub import hf_hub_download, snapshot_download
 
     config = json.loads(Path(hf_hub_download(repo_id, "config.json", revision=revision)).read_text())
+    if config.get("model_type") == "qwen3_tts":  # small: every weight file, and the codec's folder
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=SPEECH_FILES + TTS_FILES))
     if config.get("model_type") != "qwen3_omni_moe":
-        raise CheckpointError(f"{repo_id} is not a Qwen3-Omni repo: its config.json has model_type "
-                              f"{config.get('model_type')!r}, not 'qwen3_omni_moe'; pick a Qwen3-Omni checkpoint")
+        raise CheckpointError(f"{repo_id} is neither a Qwen3-Omni nor a Qwen3-TTS repo: its config.json has "
+                              f"model_type {config.get('model_type')!r}; pick e.g. Qwen/Qwen3-Omni-30B-A3B-Instruct "
+                              "or Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice")
     index_file = Path(hf_hub_download(repo_id, INDEX, revision=revision))
     index = json.loads(index_file.read_text())
     if not isinstance(index.get("weight_map"), dict):
