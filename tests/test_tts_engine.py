@@ -1,0 +1,54 @@
+"""Qwen3-TTS in the batched engine: requests taken in together equal their solo runs (codes, audio);
+the first audio comes with the first frame; EOS waits for two frames."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from omni_core import AudioChunk, Frame, SpeechRequest
+from tests.test_engine import assert_same, collect, staggered
+from tests.tts_oracle import our_tts, tone
+
+CUSTOM = [
+    SpeechRequest("Hello world, this is a test.", speaker="vivian", language="english", max_frames=9),
+    SpeechRequest("Good morning", speaker="dylan", text_input="streaming", predictor="kv", max_frames=12),
+    SpeechRequest("Sampled voice.", speaker="ryan", do_sample=True, seed=3, top_k=20, max_frames=7),
+    SpeechRequest("Speak slowly here.", speaker="ryan", instruct="Slowly.", predictor="compare", max_frames=10),
+    SpeechRequest("A penalty.", speaker="vivian", repetition_penalty=1.3, do_sample=True, seed=4, max_frames=8),
+]
+CLIP = tone(1.2)
+CLONES = [
+    SpeechRequest("Good morning world", reference_audio=(24000, CLIP), reference_text="Hello the voice", max_frames=6),
+    SpeechRequest("Is a test", reference_audio=(24000, CLIP), max_frames=8, predictor="kv"),
+    SpeechRequest("Good morning", reference_audio=(24000, tone(0.8, seed=2)), reference_text="Hello",
+                  text_input="whole", do_sample=True, seed=7, max_frames=5),
+]
+
+
+@pytest.mark.parametrize("kind, requests", [("custom_voice", CUSTOM), ("base", CLONES)])
+def test_requests_together_equal_their_solo_runs(kind, requests):
+    pipe = our_tts(kind)
+    solo = [pipe.generate(r) for r in requests]
+    together = [collect(s) for s in pipe.stream_together(requests)]
+    for got, want in zip(together, solo):
+        assert_same(got, want)
+    assert max(r.stats.batch_max for r in together) == len(requests)
+    for got, want in zip(staggered(pipe, requests), solo):  # joining while others are mid-utterance
+        assert_same(got, want)
+
+
+def test_first_audio_comes_with_the_first_frame():
+    events = list(our_tts("custom_voice").stream(SpeechRequest("Hello there", speaker="vivian", max_frames=5)))
+    kinds = [type(e).__name__ for e in events if isinstance(e, (Frame, AudioChunk))]
+    assert kinds[:2] == ["Frame", "AudioChunk"]  # nothing held back: 1920 samples after frame 0
+    first = next(e for e in events if isinstance(e, AudioChunk))
+    assert len(first.audio) == 1920 and first.first_frame == 0
+
+
+def test_codec_eos_is_blocked_for_the_first_two_frames():
+    pipe = our_tts("custom_voice")
+    mask0, mask2 = pipe.model.cb0_mask(0), pipe.model.cb0_mask(2)
+    eos = pipe.model.codec_eos
+    assert mask0[eos] and pipe.model.cb0_mask(1)[eos] and not mask2[eos]
+    assert np.array_equal(mask0.numpy(), mask2.numpy() | (np.arange(len(mask0)) == eos))
