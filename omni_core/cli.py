@@ -13,12 +13,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     synth = sub.add_parser("synth", help="text → WAV (and codes)")
     synth.add_argument("text")
-    synth.add_argument("--model", default="tiny", help="'tiny', a checkpoint directory or a hub id (org/name)")
+    synth.add_argument("--model", default="tiny",
+                       help="'tiny', 'tiny-tts', a checkpoint directory or a hub id (org/name)")
     synth.add_argument("--revision", default=None, help="the hub id's branch, tag or commit")
     synth.add_argument("--force", action="store_true", help="load even when the memory check says it does not fit")
     synth.add_argument("--mode", default="speak", choices=["speak", "chat"])
     synth.add_argument("--predictor", default="reprefill", choices=["reprefill", "kv", "compare"])
     synth.add_argument("--speaker", default=None)
+    synth.add_argument("--language", default=None, help="Qwen3-TTS: a language the model lists (default: auto)")
+    synth.add_argument("--instruct", default=None, help="Qwen3-TTS VoiceDesign (1.7B CustomVoice): how to speak")
     synth.add_argument("--device", default="auto")
     synth.add_argument("--dtype", default="auto")
     synth.add_argument("--max-frames", type=int, default=None)
@@ -49,7 +52,8 @@ def _synth(args) -> int:
         print(pipe.load_report, file=sys.stderr)
         result = pipe.generate(SpeechRequest(args.text, mode=args.mode, predictor=args.predictor,
                                              speaker=args.speaker, max_frames=args.max_frames,
-                                             do_sample=args.sample, seed=args.seed))
+                                             do_sample=args.sample, seed=args.seed, language=args.language,
+                                             instruct=args.instruct))
     except (CheckpointError, RequestError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -48,8 +48,11 @@ class SpeechRequest:
 
     def checked(self, speakers: list[str], abilities: dict | None = None) -> tuple["SpeechRequest", list[str]]:
         """The request with clean values, and the warnings to show; raises RequestError.
-        abilities: what the model can do (`Pipeline.info`); None: a Qwen3-Omni model's."""
+        abilities: what the model can do (pass `Pipeline.info`); None: a Qwen3-Omni model's, with the
+        model-dependent defaults (text_input, repetition_penalty) left for the pipeline's own check."""
         can = {**OMNI_ABILITIES, "speakers": list(speakers), **(abilities or {})}
+        if abilities is None:
+            can.update(default_text_input=None, repetition_penalty=None)
         warnings: list[str] = []
         # Qwen3-TTS: the text is tokenized as given (its spaces are tokens), as the package does.
         text = _clean_text(self.text, warnings, strip=can["family"] == "qwen3_omni")
@@ -62,7 +65,7 @@ class SpeechRequest:
         temperature = _number("temperature", self.temperature, 0.05, 5.0)
         top_p = _number("top_p", self.top_p, 0.01, 1.0)
         penalty = self.repetition_penalty if self.repetition_penalty is not None else can["repetition_penalty"]
-        penalty = _number("repetition_penalty", penalty, 1.0, 2.0)
+        penalty = None if penalty is None else _number("repetition_penalty", penalty, 1.0, 2.0)
         top_k = _integer("top_k", self.top_k, 0, 2048)  # 0: no top-k filter
         seed = _integer("seed", self.seed, 0, MAX_SEED)
         max_frames = _limit("max_frames", self.max_frames, MAX_FRAMES, warnings)
@@ -127,7 +130,7 @@ def _instruct(value, can: dict) -> str | None:
     return value  # as given: the package tokenizes it so
 
 
-def _text_input(value, can: dict) -> str:
+def _text_input(value, can: dict) -> str | None:
     if value is None:
         return can["default_text_input"]
     if not isinstance(value, str) or value.strip().lower() not in can["text_input"]:

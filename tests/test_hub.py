@@ -120,7 +120,7 @@ def test_failures_name_what_to_do(tmp_path, repo):
     assert "org/missing was not found on the Hub (HTTP 404)" in out["org/missing"]
     assert "gated" in out["org/gated"] and "HF_TOKEN" in out["org/gated"]
     assert "refused access" in out["org/private"] and "HF_TOKEN" in out["org/private"]
-    assert "not a Qwen3-Omni repo" in out["org/llama"] and "'llama'" in out["org/llama"]
+    assert "neither a Qwen3-Omni nor a Qwen3-TTS repo" in out["org/llama"] and "'llama'" in out["org/llama"]
     assert "revision 'v9' does not exist" in out["org/tiny@v9"]
     total = json.loads(repo.files["model.safetensors.index.json"])["metadata"]["total_size"]
     assert f"needs {total / 1e6:.1f} MB more" in full["org/tiny"] and "only 0.0 MB is free" in full["org/tiny"]

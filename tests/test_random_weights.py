@@ -29,8 +29,10 @@ def cut_pipeline():
 
 
 def test_source_syntax():
-    assert parse("random:qwen3-omni-30b-a3b") == {"layers": None, "seed": presets.tiny.SEED}
-    assert parse("random:qwen3-omni-30b-a3b?layers=2&seed=7") == {"layers": 2, "seed": 7}
+    name = "qwen3-omni-30b-a3b"
+    assert parse(f"random:{name}") == {"name": name, "layers": None, "seed": presets.tiny.SEED}
+    assert parse(f"random:{name}?layers=2&seed=7") == {"name": name, "layers": 2, "seed": 7}
+    assert parse("random:qwen3-tts-0.6b?layers=1")["name"] == "qwen3-tts-0.6b"
     for bad, words in [("random:qwen9", "unknown random model"), ("random:qwen3-omni-30b-a3b?depth=2", "depth"),
                        ("random:qwen3-omni-30b-a3b?layers=x", "not an integer"),
                        ("random:qwen3-omni-30b-a3b?layers=0", "at least 1")]:

@@ -104,3 +104,12 @@ def test_qwen3_omni_refuses_the_tts_fields():
             pipe.check(SpeechRequest("Hello", **fields))
     with pytest.raises(RequestError, match="no encoder"):
         pipe.encode(CLIP, 24000)
+
+
+def test_model_defaults_come_from_the_checkpoint_even_after_a_check_without_abilities():
+    pipe = our_tts("voice_design")  # its generation_config.json sets repetition_penalty 1.1
+    pre, _ = SpeechRequest("Hi").checked(pipe.info["speakers"])  # a caller's early check
+    assert pre.text_input is None and pre.repetition_penalty is None
+    clean, _ = pipe.check(pre)
+    assert (clean.text_input, clean.repetition_penalty) == ("whole", 1.1)
+    assert our_tts("base").check(SpeechRequest("Hi", reference_audio=(24000, CLIP)))[0].text_input == "streaming"
