@@ -200,7 +200,7 @@ def build_ui(pipe, outputs: OutputDir) -> gr.Blocks:
               concurrency_id="engine")
         gr.on([], lab.codes, inputs=api_inputs, outputs=api_outputs, api_name="codes", concurrency_id="engine")
     # As many handlers run at once as the engine batches; more wait in a bounded queue.
-    return demo.queue(default_concurrency_limit=info["max_batch"], max_size=4 * info["max_batch"])
+    return demo.queue(default_concurrency_limit=info["max_batch"], max_size=info["max_waiting"])
 
 
 def launch_kwargs(args, outputs: OutputDir) -> dict:

@@ -10,14 +10,30 @@ each row samples from its own generators.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from omni_core.codec.streaming import StreamingDecoder
 from omni_core.engine.sequence import Sequence, default_text_tokens
 from omni_core.engine.speech_model import SpeechModel
 from omni_core.events import TextDelta
+from omni_core.models.layers import KVCache
 from omni_core.models.qwen3_omni.prompt import TalkerPromptBuilder, TextSteps
 from omni_core.models.sampling import choose, choose_with_alternatives, repetition_penalty, suppress
+
+@contextmanager
+def lengths_kept_on_error(caches: list[KVCache]):
+    """A batched step that raises leaves every cache at its old length, so a row run again alone
+    writes the same positions (what was written past the length is overwritten)."""
+    lengths = [c.length for c in caches]
+    try:
+        yield
+    except Exception:
+        for cache, length in zip(caches, lengths):
+            cache.length = length
+        raise
+
 
 PREDICTOR_KINDS = {"reprefill": ("reprefill",), "kv": ("kv",), "compare": ("reprefill", "kv")}
 
@@ -86,11 +102,15 @@ class Runner:
     def think(self, seqs: list[Sequence]) -> list[torch.Tensor]:
         """One thinker token for each row: logits [1, V] per row."""
         ids = torch.cat([s.last_token for s in seqs])  # [B]
-        return list(self.model.thinker.decode_rows(ids, [s.thinker_cache for s in seqs]).split(1))
+        caches = [s.thinker_cache for s in seqs]
+        with lengths_kept_on_error(caches):
+            return list(self.model.thinker.decode_rows(ids, caches).split(1))
 
     def talk(self, seqs: list[Sequence], inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """inputs [1, 1, C] per row → each row's hidden state [1, C] for its next frame."""
-        hidden = self.model.talker.model.decode_rows(torch.cat(inputs), [s.talker_cache for s in seqs])  # [B, 1, C]
+        caches = [s.talker_cache for s in seqs]
+        with lengths_kept_on_error(caches):
+            hidden = self.model.talker.model.decode_rows(torch.cat(inputs), caches)  # [B, 1, C]
         return list(hidden[:, -1].split(1))
 
     def cb0_logits(self, seqs: list[Sequence]) -> list[torch.Tensor]:

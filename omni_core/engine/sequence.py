@@ -105,6 +105,7 @@ class Sequence:
         """Let go of the caches and the codec stream, then mark the request over."""
         self.thinker_cache = self.talker_cache = self.decoder = self.hidden = None
         self.last_embeds = None
+        self.builder = self.reply.builder = None  # it holds the thinker and the talker
         self.finished = True
 
 
