@@ -161,3 +161,56 @@ def test_close_ends_the_thread_fails_what_it_holds_and_lets_go_of_the_weights():
     del pipe, held, later
     gc.collect()
     assert talker() is None, "something still holds the closed pipeline's weights"
+
+
+# ---- bounds: the waiting line, slow readers --------------------------------------------------
+
+def first_frame(stream) -> None:
+    next(e for e in stream if isinstance(e, Frame))
+
+
+def test_at_most_max_waiting_requests_wait_and_the_rest_are_refused():
+    pipe = our_pipeline("tiny", max_batch=1)  # max_waiting: 4 x max_batch
+    running = pipe.stream(SpeechRequest("Hold the only slot.", max_frames=1500))
+    first_frame(running)
+    accepted, refused = [], []
+    for i in range(300):
+        try:
+            accepted.append(pipe.stream(SpeechRequest(f"Wait {i}.", max_frames=2)))
+        except RequestError as exc:
+            refused.append(str(exc))
+    running.close()
+    assert len(accepted) == 4 and len(refused) == 296
+    assert "4 requests are waiting (at most 4)" in refused[0]
+    assert [collect(s).stats.frames for s in accepted] == [2] * 4
+
+
+@pytest.fixture(scope="module")
+def impatient():
+    """Pauses a reader 8 frames behind; stops it after 1 s paused."""
+    return our_pipeline("tiny", max_unread=8, stall_s=1.0)
+
+
+def test_a_slow_reader_is_paused_and_resumes_with_the_same_codes(impatient):
+    request = SpeechRequest("A slow reader.", max_frames=30)
+    want = impatient.generate(request)
+    stream = impatient.stream(request)
+    first_frame(stream)
+    deadline = time.monotonic() + 30
+    while not stream.paused and time.monotonic() < deadline:
+        time.sleep(0.01)
+    made = stream.frames_made
+    time.sleep(0.3)
+    assert stream.paused and stream.frames_made == made <= 1 + 8 + 1  # out of the batch: nothing more made
+    assert_same(collect(stream), want)
+
+
+def test_a_reader_that_stays_away_is_stopped_as_stalled(impatient):
+    stream = impatient.stream(SpeechRequest("Nobody reads me.", max_frames=500))
+    deadline = time.monotonic() + 30
+    while stream.stopped is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stream.stopped == "stalled" and stream.frames_made <= 10
+    result = collect(stream)
+    assert result.stats.stopped == "stalled" and any("not read" in w for w in result.stats.warnings)
+    assert impatient.active == 0
