@@ -175,11 +175,10 @@ class Pipeline:
         return mask
 
     def warm_up(self) -> None:
-        """Run one short request per decode path, and compile the predictor for every batch
-        bucket the engine can use, so that compiling happens now and not in a user's request."""
-        compiled = self.predictors.compiled
-        if compiled is not None:
-            self.engine.call(torch.no_grad()(compiled.warm_up), self.engine.max_batch)
+        """Run one short request per decode path, and compile (compile=True) or capture (CUDA) the
+        predictor for every batch bucket up to max_batch, so that this happens now and not in a
+        user's request."""
+        self.engine.call(torch.no_grad()(self.predictors.warm_up), self.engine.max_batch)
         for predictor in ("reprefill", "kv"):
             for do_sample in (False, True):
                 self.generate(SpeechRequest("warm up", mode="chat", predictor=predictor, do_sample=do_sample,

@@ -331,3 +331,25 @@ def test_finished_requests_leave_nothing_alive(monkeypatch):
     gc.collect()
     assert max(peak) > 0  # the tracking sees requests while they run
     assert [type(x).__name__ for x in live] == [] and pipe.active == 0
+
+
+def test_rows_above_the_largest_bucket_run_in_bucket_size_chunks():
+    """40 rows through the predictor: no call sees more than 32 rows (the largest bucket: the most a
+    compiled frame or CUDA graph takes), and every row gets the codes it gets alone."""
+    from omni_core.fast.buckets import BUCKETS
+
+    pipe = our_pipeline("tiny")
+    cp, C = pipe.talker.code_predictor, pipe.config.talker.hidden_size
+    h, e0 = (torch.randn(40, C, generator=torch.Generator().manual_seed(s)) for s in (1, 2))
+    gens = [torch.Generator().manual_seed(i) if i % 2 else None for i in range(40)]
+    sizes = []
+    hook = cp.model.register_forward_hook(lambda m, args, out: sizes.append(args[0].shape[0]))
+    try:
+        together = pipe.call(torch.no_grad()(pipe.predictors.run), "reprefill", h, e0, gens)
+    finally:
+        hook.remove()
+    assert max(sizes) == BUCKETS[-1] and set(sizes) == {BUCKETS[-1], 40 - BUCKETS[-1]}
+    gens = [torch.Generator().manual_seed(i) if i % 2 else None for i in range(40)]
+    for b in (0, 1, 33, 39):
+        alone = pipe.call(torch.no_grad()(pipe.predictors.run), "reprefill", h[b:b + 1], e0[b:b + 1], gens[b:b + 1])
+        torch.testing.assert_close(alone[0][0], together[0][b], rtol=0, atol=0)
