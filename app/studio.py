@@ -6,6 +6,7 @@ pinned A); only re-decoding calls the engine. Errors go through `handlers.report
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import gradio as gr
 import numpy as np
@@ -28,6 +29,32 @@ class Pinned:
     audio: np.ndarray
 
 
+class AfterTake(NamedTuple):
+    """What `after_take` sets once a take is finished: the UI wires these outputs in this order."""
+    cbstats: object = gr.skip()
+    spectrogram: object = gr.skip()
+    frame: object = gr.skip()
+    frame_view: object = gr.skip()
+    ab_plot: object = gr.skip()
+    ab_text: object = gr.skip()
+    audio_b: object = gr.skip()
+    edit_log: object = gr.skip()
+    edit_audio: object = gr.skip()
+
+
+class SurgeryOut(NamedTuple):
+    """What an edit or a restore sets: the UI wires these outputs in this order."""
+    heatmap: object = gr.skip()
+    edit_audio: object = gr.skip()
+    edit_files: object = gr.skip()
+    edit_log: object = gr.skip()
+    cbstats: object = gr.skip()
+    spectrogram: object = gr.skip()
+    take: object = gr.skip()
+    frame_view: object = gr.skip()
+    frame_audio: object = gr.skip()
+
+
 class Studio:
     def __init__(self, pipe, outputs: OutputDir):
         self.pipe, self.info, self.outputs = pipe, pipe.info, outputs
@@ -38,14 +65,14 @@ class Studio:
     def after_take(self, take: Take | None, pinned: Pinned | None, kind: str):
         """Statistics, spectrogram, the frame slider's range and the A/B diff for the new take."""
         if take is None or take.frames == 0 or not take.finished:
-            return (gr.skip(),) * 9
+            return AfterTake()
         T = take.frames
         codes, probs, _ = take.arrays()
         slider = gr.Slider(minimum=0, maximum=max(T - 1, 1), value=0, step=1, interactive=True)
         ab, ab_text, audio_b = self._ab(take, pinned)
-        return (charts.cbstats(codebook_stats(codes, probs, self.info["codebook_size"])),
-                self._spectrogram(take, kind), slider, self._inspect(0, take), ab, ab_text, audio_b,
-                inspector.edit_log([]), None)
+        return AfterTake(charts.cbstats(codebook_stats(codes, probs, self.info["codebook_size"])),
+                         self._spectrogram(take, kind), slider, self._inspect(0, take), ab, ab_text, audio_b,
+                         inspector.edit_log([]), None)
 
     # --- the frame inspector --------------------------------------------------------------------
 
@@ -68,7 +95,7 @@ class Studio:
 
     def _frame_audio(self, index, take: Take):
         i = self._frame(index, take)
-        audio = take.edited_audio if take.edited_audio is not None else take.audio_array()
+        audio = take.current_audio()
         window = inspector.context_window(i, len(audio), self.info["samples_per_frame"], self.info["sample_rate"])
         return self.info["sample_rate"], to_int16(audio[window])
 
@@ -81,7 +108,7 @@ class Studio:
         return self._spectrogram(take, kind)
 
     def _spectrogram(self, take: Take, kind: str):
-        audio = take.edited_audio if take.edited_audio is not None else take.audio_array()
+        audio = take.current_audio()
         return charts.spectrogram(audio, self.info["sample_rate"], take.frames, self.info["frame_ms"], kind)
 
     # --- code surgery -----------------------------------------------------------------------------
@@ -97,7 +124,7 @@ class Studio:
         edit = Edit(op, codebook, start, None if end in (None, "") else end, value if value is not None else 0,
                     seed if seed is not None else 0).checked(take.frames, self.info["num_code_groups"],
                                                              self.info["codebook_size"])
-        codes = take.edited_codes if take.edited_codes is not None else take.codes_array()
+        codes = take.current_codes()
         drop = take.drop if take.drop is not None else np.zeros_like(codes, bool)
         take.edited_codes, take.drop = apply(codes, drop, edit)
         take.edits = [*take.edits, edit]
@@ -125,14 +152,15 @@ class Studio:
                                   codebook_size=self.info["codebook_size"], edited=take.edited_mask())
         stats = charts.cbstats(codebook_stats(codes, probs, self.info["codebook_size"]))
         if take.edited_audio is None:
-            return (heatmap, None, None, inspector.edit_log([]), stats, self._spectrogram(take, kind), take,
-                    self._inspect(index, take), self._frame_audio(index, take))
+            return SurgeryOut(heatmap, None, None, inspector.edit_log([]), stats, self._spectrogram(take, kind), take,
+                              self._inspect(index, take), self._frame_audio(index, take))
         folder = self.outputs.new()
         files = [write_wav(folder, take.edited_audio, self.info["sample_rate"], "edited.wav"),
                  *write_codes(folder, codes, take.text, {"edits": [e.describe() for e in take.edits]})]
         audio = self.info["sample_rate"], to_int16(take.edited_audio)
-        return (heatmap, audio, [str(p) for p in files], inspector.edit_log(take.edits), stats,
-                self._spectrogram(take, kind), take, self._inspect(index, take), self._frame_audio(index, take))
+        return SurgeryOut(heatmap, audio, [str(p) for p in files], inspector.edit_log(take.edits), stats,
+                          self._spectrogram(take, kind), take, self._inspect(index, take),
+                          self._frame_audio(index, take))
 
     @reports_errors
     def listen_without(self, codebook, take: Take | None):
@@ -152,7 +180,7 @@ class Studio:
         """Pin the current take (as heard: with its edits) as A."""
         if take is None or take.frames == 0 or not take.finished:
             raise gr.Error(NO_TAKE, print_exception=False)
-        audio = take.edited_audio if take.edited_audio is not None else take.audio_array()
+        audio = take.current_audio()
         pinned = Pinned(take.current_codes().copy(), audio)
         return (pinned, inspector.ab_html(len(pinned.codes), None), (self.info["sample_rate"], to_int16(audio)),
                 figures.empty("A is pinned: the next take is B"), None)
@@ -162,7 +190,7 @@ class Studio:
             return gr.skip(), gr.skip(), gr.skip()
         b = take.current_codes()
         differ, agree = agreement(pinned.codes, b)
-        audio = take.edited_audio if take.edited_audio is not None else take.audio_array()
+        audio = take.current_audio()
         return (charts.diff(pinned.codes, b, differ, agree, self.info["frame_ms"]),
                 inspector.ab_html(len(pinned.codes), len(b), agree), (self.info["sample_rate"], to_int16(audio)))
 

@@ -80,6 +80,10 @@ class Take:
         """The codes as heard now: the edited ones after code surgery, else the original."""
         return self.edited_codes if self.edited_codes is not None else self.codes_array()
 
+    def current_audio(self) -> np.ndarray:
+        """The audio as heard now: the edited take's after code surgery, else the original."""
+        return self.edited_audio if self.edited_audio is not None else self.audio_array()
+
     def edited_mask(self) -> np.ndarray | None:
         """[T, 16] bool: cells changed or dropped by code surgery (None: no edits)."""
         if self.edited_codes is None:

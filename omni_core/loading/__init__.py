@@ -5,4 +5,5 @@ checkpoint.py      config.json, tokenizer, safetensors shards → modules
 hub.py             hub ids → the local hub cache (snapshot_download)
 memory.py          what the weights need and what the device has, checked before loading
 random_weights.py  'random:…' sources: real sizes, seeded random weights, no files
+quiet.py           transformers' warnings and progress bars kept off the console
 """

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from omni_core.loading.quiet import quiet_transformers
 from omni_core.models.config import CheckpointError, OmniConfig
 
 TOKENIZER_FILES = ("tokenizer_config.json",)
@@ -182,6 +183,7 @@ def load_tokenizer(path: Path):
     check_tokenizer_files(path)
     from transformers import AutoTokenizer
     try:
-        return AutoTokenizer.from_pretrained(str(path))
+        with quiet_transformers():  # it reads config.json through transformers' config classes
+            return AutoTokenizer.from_pretrained(str(path))
     except Exception as e:
         raise CheckpointError(f"the tokenizer in {path} cannot be loaded: {e}") from None

@@ -7,9 +7,10 @@ Two presets of different shapes exist so that tests catch shape assumptions.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
+
+from omni_core.loading.quiet import quiet_transformers
 
 # Byte-level vocabulary: ids 0..255 are bytes; then Qwen's special tokens, then the
 # role words, which Qwen's vocabulary also holds as single ids.
@@ -221,23 +222,6 @@ def ensure_tiny(preset: str = "tiny", root: Path | None = None) -> Path:
         build_tokenizer().save_pretrained(folder)
 
     return write_once((root or cache_dir()) / f"{preset}-v2", write)
-
-
-@contextlib.contextmanager
-def quiet_transformers():
-    """Building a synthetic checkpoint is not the user's business: transformers' warnings about the
-    MRoPE keys its own config classes carry, and its shard-writing progress bar, stay off the console."""
-    from transformers.utils import logging as hf_logging
-
-    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def write_once(target: Path, write) -> Path:

@@ -1,0 +1,171 @@
+"""The page's layout: every component, placed, and nothing wired (ui.py wires them).
+
+`page(info, streaming)` builds the components inside the caller's `gr.Blocks` and returns
+them as one namespace, `p.text`, `p.heatmap`, … so that the wiring reads them by name.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import gradio as gr
+
+from app import charts, figures, inspector, panels
+from app.surgery import OPS
+from omni_core import MAX_FRAMES, MAX_TEXT_CHARS
+
+EXAMPLES = [
+    "Hello there! This is Omni Speech Lab.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Sixteen codebooks, one frame every eighty milliseconds.",
+]
+PREDICTORS = [("re-prefill", "reprefill"), ("KV", "kv"), ("compare", "compare")]
+VIEWS = [("codes", "codes"), ("confidence", "confidence"), ("disagreement", "disagreement")]
+SPECTRO_KINDS = [("log-mel", "mel"), ("waveform", "wave")]
+
+
+def page(info: dict, streaming: bool) -> SimpleNamespace:
+    p = SimpleNamespace()
+    gr.HTML(panels.header(info, streaming), elem_id="header", js_on_load=None)
+    p.take = gr.State(None)
+    p.pinned = gr.State(None)  # take A of an A/B comparison
+    with gr.Row(equal_height=False, elem_id="main"):
+        with gr.Column(scale=4, min_width=320, elem_id="controls"):
+            controls(p, info, streaming)
+        with gr.Column(scale=6, min_width=340, elem_id="results"):
+            hub(p, info)
+            tools(p, info)
+    api(p, info)
+    return p
+
+
+def controls(p: SimpleNamespace, info: dict, streaming: bool) -> None:
+    """Text, voice and decoding choices, Generate / Stop, the player and the downloads."""
+    cuda = bool(info["cuda_available"])
+    p.text = gr.Textbox(label="Text", lines=3, max_lines=8, max_length=MAX_TEXT_CHARS,
+                        placeholder="Type what to say (speak) or what to ask (chat)…",
+                        value=EXAMPLES[0], elem_id="text")
+    gr.Examples(EXAMPLES, inputs=[p.text], label="Examples")
+    with gr.Row():
+        p.mode = gr.Radio([("speak", "speak"), ("chat", "chat")], value="speak", label="Mode",
+                          info="speak: say this text · chat: the model replies", elem_id="mode",
+                          min_width=200)
+        p.speaker = gr.Dropdown(info["speakers"], value=info["default_speaker"], label="Speaker",
+                                elem_id="speaker", min_width=140)
+    p.predictor = gr.Radio(PREDICTORS, value="reprefill", label="Code predictor",
+                           info="re-prefill (CUDA-graph friendly) · KV cache · compare runs both",
+                           elem_id="predictor")
+    p.cuda_graph = gr.Checkbox(value=cuda, interactive=cuda, label="CUDA graph for the predictor",
+                               info=None if cuda else "CUDA is not available here: the predictor runs eagerly.",
+                               elem_id="cuda-graph")
+    p.max_frames = gr.Slider(0, MAX_FRAMES, value=0, step=1, label="Max frames",
+                             info="0 = automatic (scales with the text) · 12.5 frames per second",
+                             elem_id="max-frames")
+    with gr.Accordion("Sampling (greedy unless turned on)", open=False, elem_id="sampling"):
+        p.do_sample = gr.Checkbox(value=False, label="Sample (off = greedy)", elem_id="do-sample")
+        with gr.Row():
+            p.temperature = gr.Slider(0.05, 2.0, value=0.9, step=0.05, label="Temperature")
+            p.top_k = gr.Slider(0, 200, value=50, step=1, label="Top-k", info="0 = off")
+        with gr.Row():
+            p.top_p = gr.Slider(0.01, 1.0, value=1.0, step=0.01, label="Top-p")
+            p.seed = gr.Number(value=0, precision=0, minimum=0, label="Seed")
+    with gr.Row(elem_id="actions"):
+        p.generate = gr.Button("Generate", variant="primary", elem_id="generate", scale=3)
+        p.stop = gr.Button("Stop", variant="stop", elem_id="stop", scale=1)
+    p.audio = gr.Audio(label="Audio" if streaming else "Audio (whole file, at the end: no ffmpeg)",
+                       streaming=streaming, autoplay=True, interactive=False, elem_id="audio",
+                       buttons=["download"])
+    p.files = gr.File(label="Downloads", file_count="multiple",
+                      interactive=False, elem_id="downloads")
+
+
+def hub(p: SimpleNamespace, info: dict) -> None:
+    """The heatmap with the spectrogram under it, codebook statistics, the frame inspector, stats."""
+    p.view = gr.Radio(VIEWS, value="codes", label="Heatmap view", elem_id="view",
+                      info="codes · the predictor's confidence · where re-prefill and KV disagree")
+    with gr.Row(equal_height=False, elem_id="hub"):
+        with gr.Column(scale=5, min_width=300):
+            p.heatmap = gr.Plot(figures.empty(), label="heatmap", show_label=False, elem_id="heatmap")
+            p.spectrogram = gr.Plot(charts.spectrogram(None, info["sample_rate"], 0, info["frame_ms"]),
+                                    label="spectrogram", show_label=False, elem_id="spectrogram")
+            p.spectro_kind = gr.Radio(SPECTRO_KINDS, value="mel", show_label=False, container=False,
+                                      elem_id="spectro-kind")
+        with gr.Column(scale=3, min_width=260):
+            p.cbstats = gr.Plot(charts.cbstats(None), label="codebook statistics", show_label=False,
+                                elem_id="cbstats")
+    with gr.Row(equal_height=False, elem_id="inspect-row"):
+        with gr.Column(scale=3, min_width=300):
+            p.frame = gr.Slider(0, 1, value=0, step=1, label="Frame",
+                                info="click a heatmap column, or move this", elem_id="frame")
+            p.frame_view = gr.HTML(inspector.idle(), elem_id="inspector", js_on_load=None)
+        with gr.Column(scale=1, min_width=220):
+            p.frame_audio = gr.Audio(label="This frame ± 0.5 s", interactive=False, elem_id="frame-audio",
+                                     buttons=["download"])
+    p.stats = gr.HTML(panels.idle(), label="stats", elem_id="stats", js_on_load=None)
+
+
+def tools(p: SimpleNamespace, info: dict) -> None:
+    """First-k listening, code surgery, A/B takes, decoding a codes file."""
+    with gr.Accordion("Listen with the first k codebooks", open=True, elem_id="listen"):
+        with gr.Row(equal_height=False, elem_id="listen-row"):
+            p.k = gr.Slider(1, info["num_code_groups"], value=4, step=1, label="k codebooks",
+                            info="CB0 alone is coarse; each codebook refines the residual",
+                            elem_id="k", scale=4)
+            p.listen = gr.Button("Re-decode", size="md", elem_id="listen-button", scale=1,
+                                 min_width=120)
+        with gr.Row(equal_height=False):
+            p.without = gr.Number(0, precision=0, minimum=0, maximum=info["num_code_groups"] - 1,
+                                  label="Listen without codebook j", elem_id="without", scale=4)
+            p.listen_without = gr.Button("Without CBj", size="md", elem_id="listen-without", scale=1,
+                                         min_width=120)
+        p.listen_audio = gr.Audio(label="First k codebooks / without CBj", interactive=False,
+                                  elem_id="audio-k", buttons=["download"])
+    with gr.Accordion("Code surgery: edit codes and hear them", open=False, elem_id="surgery"):
+        with gr.Row(equal_height=False):
+            p.edit_op = gr.Radio(list(OPS), value="drop", label="Edit", elem_id="edit-op",
+                                 info="set a value · random codes · drop (contributes nothing)")
+            p.edit_cb = gr.Number(0, precision=0, label="Codebook (0..15)", elem_id="edit-codebook")
+        with gr.Row(equal_height=False):
+            p.edit_start = gr.Number(0, precision=0, label="From frame", elem_id="edit-start")
+            p.edit_end = gr.Number(None, precision=0, label="To frame (empty: the last)", elem_id="edit-end")
+            p.edit_value = gr.Number(0, precision=0, label="Code (set)", elem_id="edit-value")
+            p.edit_seed = gr.Number(0, precision=0, label="Seed (random)", elem_id="edit-seed")
+        with gr.Row():
+            p.edit_apply = gr.Button("Apply and re-decode", variant="primary", elem_id="edit-apply")
+            p.edit_restore = gr.Button("Restore original", elem_id="edit-restore")
+        p.edit_log = gr.HTML(inspector.edit_log([]), elem_id="edit-log", js_on_load=None)
+        p.edit_audio = gr.Audio(label="Edited take", interactive=False, elem_id="audio-edit",
+                                buttons=["download"])
+        p.edit_files = gr.File(label="Edited take: WAV and codes", file_count="multiple", interactive=False,
+                               elem_id="edit-downloads")
+    with gr.Accordion("A/B takes", open=True, elem_id="ab"):
+        p.pin = gr.Button("Pin this take as A", elem_id="pin")
+        p.ab_text = gr.HTML(inspector.ab_html(None, None), elem_id="ab-summary", js_on_load=None)
+        p.ab_plot = gr.Plot(figures.empty("Pin a take, then make another: their differences show here"),
+                            show_label=False, elem_id="ab-diff")
+        with gr.Row():
+            p.audio_a = gr.Audio(label="A", interactive=False, elem_id="audio-a")
+            p.audio_b = gr.Audio(label="B", interactive=False, elem_id="audio-b")
+    with gr.Accordion("Decode a codes file", open=False, elem_id="upload-section"):
+        p.upload = gr.File(label="Upload codes ([T, 16], .npy or .json)", file_types=[".npy", ".json"],
+                           type="filepath", elem_id="upload")
+
+
+
+def api(p: SimpleNamespace, info: dict) -> None:
+    # The `codes` API: whole-utterance, no streaming. Plain text inputs so the engine, not a
+    # dropdown, says what a bad value is.
+    with gr.Column(visible=False):
+        p.api_inputs = [gr.Textbox(label="text"), gr.Textbox(value="speak", label="mode"),
+                        gr.Textbox(value=info["default_speaker"], label="speaker"),
+                        gr.Textbox(value="reprefill", label="predictor"), gr.Checkbox(False, label="do_sample"),
+                        gr.Number(0, precision=0, label="seed"), gr.Number(None, precision=0, label="max_frames")]
+        p.api_outputs = [gr.JSON(label="result"), gr.File(label="wav")]
+        p.stats_inputs = [gr.JSON(label="codes"), gr.JSON(None, label="probs")]
+        p.stats_output = gr.JSON(label="statistics")
+        p.surgery_inputs = [gr.JSON(label="codes"), gr.Textbox(value="drop", label="op"),
+                            gr.Number(0, precision=0, label="codebook"), gr.Number(0, precision=0, label="start"),
+                            gr.Number(None, precision=0, label="end"), gr.Number(0, precision=0, label="value"),
+                            gr.Number(0, precision=0, label="seed")]
+        p.surgery_outputs = [gr.JSON(label="result"), gr.File(label="wav")]
+
