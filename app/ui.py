@@ -30,7 +30,7 @@ def build_ui(pipe, outputs: OutputDir) -> gr.Blocks:
         p = layout.page(info, streaming)
         wire(p, Lab(pipe, outputs, streaming), Studio(pipe, outputs))
     # As many handlers run at once as the engine batches; more wait in a bounded queue.
-    return demo.queue(default_concurrency_limit=info["max_batch"], max_size=4 * info["max_batch"])
+    return demo.queue(default_concurrency_limit=info["max_batch"], max_size=info["max_waiting"])
 
 
 def wire(p: SimpleNamespace, lab: Lab, studio: Studio) -> None:
