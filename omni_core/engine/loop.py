@@ -245,6 +245,10 @@ class Engine:
         """The talker's hidden state for each row's next frame: a prefill for a request starting,
         one batched step (ragged cache lengths) for the rest."""
         for seq in [s for s in seqs if not s.talking]:
+            if seq.reply.done and not seq.reply.spoken:  # the thinker ended its reply at once
+                seq.stats.warnings.append("the reply ended at its first token: there is nothing to speak")
+                self._finish(seq, "eos")
+                continue
             self._guard(seq, "talker", [seq], self.runner.start_talker, seq)
         going = [s for s in seqs if s.talking and s.hidden is None]
         inputs = {s: self._guard(s, "talker", [s], self.runner.next_input, s) for s in going}
