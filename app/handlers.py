@@ -177,7 +177,7 @@ class Lab:
         language and instruct: for models that take them (Qwen3-TTS); empty: left out."""
         request = SpeechRequest(text=text, mode=mode, speaker=speaker or None, predictor=predictor,
                                 do_sample=bool(do_sample), seed=seed if seed is not None else 0,
-                                max_frames=max_frames, language=language or None, instruct=instruct or None)
+                                max_frames=max_frames, **self.voice(language, instruct))
         result = self.pipe.generate(request)
         stats = result.stats.to_dict()
         folder = self.outputs.new()
