@@ -97,3 +97,45 @@ def diff(a: np.ndarray, b: np.ndarray, differ: np.ndarray, agree: np.ndarray, fr
                      ticktext=[f"CB{g} {100 * agree[g]:.0f}%" for g in range(G)], tickfont=dict(size=10))
     fig.update_layout(margin=dict(l=80, r=16, t=44, b=40))
     return fig
+
+
+def ablation(costs: list[float] | None, full: float | None = None) -> go.Figure:
+    """What dropping each codebook costs a recording's re-decode: one bar per codebook, the log-mel
+    distance to the original without it; a dashed line at the distance with every codebook."""
+    if not costs:
+        return empty("Encode a recording: what dropping each codebook costs shows here")
+    names = [f"CB{g}" for g in range(len(costs))]
+    fig = go.Figure(go.Bar(x=names, y=costs, marker_color="#6366f1",
+                           hovertemplate="without %{x}: %{y:.2f} dB<extra></extra>"))
+    if full is not None:
+        fig.add_hline(y=full, line_dash="dash", line_color="#64748b",
+                      annotation_text=f"all 16: {full:.2f} dB", annotation_position="top left")
+    fig.update_layout(height=260, margin=dict(l=48, r=12, t=48, b=36), showlegend=False, template="plotly_white",
+                      font=dict(family=FONT, size=11), paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+                      title=dict(text="Ablation: log-mel distance to the original without each codebook (dB)",
+                                 x=0.01, font=dict(size=13)))
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+def side_by_side(a: dict, b: dict) -> go.Figure:
+    """Two takes of different lengths: their per-codebook statistics as paired bars (a cell diff would
+    compare unrelated moments)."""
+    G = len(a["utilization"])
+    rows = [f"CB{g}" for g in range(G)]
+    panels = [p for p in STAT_PANELS if p[0] != "mean_prob"]  # recordings have no probabilities
+    fig = make_subplots(rows=1, cols=len(panels), shared_yaxes=True, horizontal_spacing=0.05,
+                        subplot_titles=[label for _, label, _ in panels])
+    for i, (key, label, _) in enumerate(panels, start=1):
+        for name, stats, colour in (("A", a, "#6366f1"), ("B", b, "#f59e0b")):
+            values = [np.nan if v is None else v for v in stats[key]]
+            fig.add_trace(go.Bar(x=values, y=rows, orientation="h", marker_color=colour, name=name,
+                                 legendgroup=name, showlegend=i == 1,
+                                 hovertemplate=f"{name} · %{{y}} · {label} %{{x:.3f}}<extra></extra>"), row=1, col=i)
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=10))
+    fig.update_layout(height=STATS_HEIGHT, margin=dict(l=44, r=8, t=64, b=30), barmode="group",
+                      font=dict(family=FONT, size=11), template="plotly_white", bargap=0.2,
+                      paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+                      title=dict(text=f"A {a['frames']} frames · B {b['frames']} frames: lengths differ, so "
+                                      "per-codebook statistics side by side", x=0.01, font=dict(size=13)))
+    return fig

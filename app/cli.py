@@ -20,6 +20,13 @@ def _at_least_one(value: str) -> int:
     return number
 
 
+def _at_least_zero(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {number}")
+    return number
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="app.py", description="Omni Speech Lab: hear Qwen3-Omni's speech path and see its 16 codebooks.")
@@ -42,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="CPU threads for the engine's kernels (default: all cores; one engine thread runs every request)")
     parser.add_argument("--max-batch", type=_at_least_one, default=MAX_BATCH,
                         help=f"requests the engine advances together in one step (default: {MAX_BATCH}); more wait in the queue")
+    parser.add_argument("--max-waiting", type=_at_least_zero, default=None,
+                        help="requests that may wait for a batch slot (default: 4 x --max-batch); more are refused "
+                             "with a message")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the decode steps: the same codes, several times faster on small "
                              "models, after a warm-up at start (about a minute per path the first time)")

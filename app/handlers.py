@@ -78,11 +78,15 @@ class Lab:
 
     @reports_errors
     def synthesize(self, text, mode, speaker, predictor, cuda_graph, do_sample, temperature, top_k, top_p,
-                   seed, max_frames, view):
-        """Stream one utterance: audio chunks, a live heatmap and live stats, then the downloads."""
+                   seed, max_frames, view, language=None, instruct=None, text_input=None, ref_audio=None,
+                   ref_text=None):
+        """Stream one utterance: audio chunks, a live heatmap and live stats, then the downloads.
+        The last five follow the loaded model (Qwen3-TTS: language, instruction, text input, a voice clip
+        and its transcript); what the model cannot use is left out."""
         request = self.request(text, mode, speaker, predictor, cuda_graph, do_sample, temperature, top_k,
-                               top_p, seed, max_frames)
-        request, _ = request.checked(self.info["speakers"])  # a bad request fails here, before the page is cleared
+                               top_p, seed, max_frames, voice=self.voice(language, instruct, text_input, ref_audio,
+                                                                         ref_text))
+        request, _ = self.pipe.check(request)  # a bad request fails here, before the page is cleared
         take = Take(view=view)
         start = time.perf_counter()
         events = None
@@ -109,7 +113,7 @@ class Lab:
                 first_audio = bool(pending) and len(take.audio) == len(pending)
                 if first_audio or take.frames - drawn >= max(UPDATE_EVERY, take.frames // MAX_UPDATES):
                     drawn = take.frames
-                    yield SynthOut(audio=self._chunk(pending), heatmap=self._figure(take, live=True),
+                    yield SynthOut(audio=self._chunk(pending), heatmap=self.figure(take, live=True),
                                    stats=panels.running(request.predictor, take.frames, self.frame_s,
                                                         time.perf_counter() - start, take.first_audio_s,
                                                         take.text, take.batch), take=take)
@@ -126,7 +130,7 @@ class Lab:
             gr.Warning(warning)
         files = self._write(take, stats)
         audio = self._chunk(pending) if self.streaming else self._playable(result.audio)
-        yield SynthOut(audio=audio, heatmap=self._figure(take), stats=panels.finished(stats, result.text),
+        yield SynthOut(audio=audio, heatmap=self.figure(take), stats=panels.finished(stats, result.text),
                        files=files, take=take)
 
     def stop(self, take: Take | None) -> None:
@@ -142,7 +146,7 @@ class Lab:
         if take is None or take.frames == 0:
             return figures.empty()
         take.view = view  # a running request draws its next updates in this view too
-        return self._figure(take, live=not take.finished)
+        return self.figure(take, live=not take.finished)
 
     @reports_errors
     def listen(self, num_codebooks, take: Take | None):
@@ -160,18 +164,20 @@ class Lab:
         audio = self.pipe.decode(codes)
         take = Take.from_codes(codes, audio, view=view)
         files = self._write(take, {})
-        return (self._figure(take), panels.uploaded(take.frames, self.frame_s, Path(path).name),
+        return (self.figure(take), panels.uploaded(take.frames, self.frame_s, Path(path).name),
                 self._playable(audio), self.info["num_code_groups"], files, take)
 
     # --- the non-streaming API ----------------------------------------------------------------
 
     @reports_errors
     def codes(self, text: str, mode: str = "speak", speaker: str | None = None, predictor: str = "reprefill",
-              do_sample: bool = False, seed: int = 0, max_frames: int | None = None):
-        """One utterance, whole: ({"codes": [[16 ints] per frame], "text", "stats"}, path of its WAV)."""
+              do_sample: bool = False, seed: int = 0, max_frames: int | None = None, language: str | None = None,
+              instruct: str | None = None):
+        """One utterance, whole: ({"codes": [[16 ints] per frame], "text", "stats"}, path of its WAV).
+        language and instruct: for models that take them (Qwen3-TTS); empty: left out."""
         request = SpeechRequest(text=text, mode=mode, speaker=speaker or None, predictor=predictor,
                                 do_sample=bool(do_sample), seed=seed if seed is not None else 0,
-                                max_frames=max_frames)
+                                max_frames=max_frames, **self.voice(language, instruct))
         result = self.pipe.generate(request)
         stats = result.stats.to_dict()
         folder = self.outputs.new()
@@ -185,13 +191,29 @@ class Lab:
         return self.info["frame_ms"] / 1000
 
     def request(self, text, mode, speaker, predictor, cuda_graph, do_sample, temperature, top_k, top_p, seed,
-                max_frames) -> SpeechRequest:
+                max_frames, voice: dict | None = None) -> SpeechRequest:
         """Component values → a SpeechRequest. The engine checks the values and says what is wrong."""
         return SpeechRequest(
-            text=text if text is not None else "", mode=mode, speaker=speaker or None, predictor=predictor,
-            cuda_graph=bool(cuda_graph) if self.info["cuda_available"] else None,
+            text=text if text is not None else "", mode=mode or "speak", speaker=speaker or None,
+            predictor=predictor, cuda_graph=bool(cuda_graph) if self.info["cuda_available"] else None,
             do_sample=bool(do_sample), temperature=temperature, top_k=top_k, top_p=top_p,
-            seed=seed if seed is not None else 0, max_frames=max_frames or None)  # 0 / empty: automatic
+            seed=seed if seed is not None else 0, max_frames=max_frames or None,  # 0 / empty: automatic
+            **(voice or {}))
+
+    def voice(self, language=None, instruct=None, text_input=None, ref_audio=None, ref_text=None) -> dict:
+        """The request fields the loaded model takes, from the page's voice controls (hidden controls
+        keep values the model cannot use: those are left out)."""
+        info, fields = self.info, {}
+        if info.get("languages") and language:
+            fields["language"] = language
+        if info.get("instruct") and instruct and instruct.strip():
+            fields["instruct"] = instruct
+        if len(info.get("text_input") or []) > 1 and text_input:
+            fields["text_input"] = text_input
+        if info.get("clone") and ref_audio is not None:
+            fields["reference_audio"] = ref_audio
+            fields["reference_text"] = ref_text if ref_text and ref_text.strip() else None
+        return fields
 
     def _chunk(self, pending: list[np.ndarray]):
         """The audio collected since the last update, as one chunk for the streaming player."""
@@ -205,7 +227,8 @@ class Lab:
         """(sample_rate, int16 samples): what the players take."""
         return self.info["sample_rate"], to_int16(audio)
 
-    def _figure(self, take: Take, live: bool = False):
+    def figure(self, take: Take, live: bool = False):
+        """The heatmap of a take as the page draws it (live: while frames still arrive)."""
         codes, probs, mismatch = take.arrays()
         return figures.heatmap(codes, probs, mismatch, take.view, frame_ms=self.info["frame_ms"],
                                codebook_size=self.info["codebook_size"], live=live, edited=take.edited_mask())

@@ -60,8 +60,12 @@ def edit_log(edits: list) -> str:
 def ab_html(frames_a: int | None, frames_b: int | None, agree: np.ndarray | None = None) -> str:
     if frames_a is None:
         return '<div class="ab idle">Pin a take as A; the next take (or upload) is B, compared cell by cell.</div>'
-    if frames_b is None or agree is None:
+    if frames_b is None:
         return f'<div class="ab"><b>A</b> pinned: {frames_a} frames. Generate or upload the next take: it is B.</div>'
+    if agree is None:
+        return (f'<div class="ab"><b>A</b> {frames_a} frames · <b>B</b> {frames_b} frames: different lengths, '
+                'so the chart shows each codebook\'s statistics side by side (a cell-by-cell diff needs equal '
+                'lengths)</div>')
     mean = float(np.nanmean(agree)) if len(agree) else float("nan")
     return (f'<div class="ab"><b>A</b> {frames_a} frames · <b>B</b> {frames_b} frames · '
             f'codes agree in {100 * mean:.1f}% of common cells (per codebook on the chart)</div>')

@@ -46,12 +46,7 @@ def controls(p: SimpleNamespace, info: dict, streaming: bool) -> None:
                         placeholder="Type what to say (speak) or what to ask (chat)…",
                         value=EXAMPLES[0], elem_id="text")
     gr.Examples(EXAMPLES, inputs=[p.text], label="Examples")
-    with gr.Row():
-        p.mode = gr.Radio([("speak", "speak"), ("chat", "chat")], value="speak", label="Mode",
-                          info="speak: say this text · chat: the model replies", elem_id="mode",
-                          min_width=200)
-        p.speaker = gr.Dropdown(info["speakers"], value=info["default_speaker"], label="Speaker",
-                                elem_id="speaker", min_width=140)
+    voice(p, info)
     p.predictor = gr.Radio(PREDICTORS, value="reprefill", label="Code predictor",
                            info="re-prefill (CUDA-graph friendly) · KV cache · compare runs both",
                            elem_id="predictor")
@@ -104,6 +99,59 @@ def hub(p: SimpleNamespace, info: dict) -> None:
     p.stats = gr.HTML(panels.idle(), label="stats", elem_id="stats", js_on_load=None)
 
 
+def voice(p: SimpleNamespace, info: dict) -> None:
+    """What the loaded model can vary: mode (Qwen3-Omni), speaker, language, instruction (VoiceDesign),
+    how the text is fed, and a voice to clone (a Base model). What it cannot use is hidden."""
+    speakers, languages = info.get("speakers") or [], info.get("languages") or []
+    text_inputs = info.get("text_input") or ["streaming"]
+    with gr.Row():
+        p.mode = gr.Radio([("speak", "speak"), ("chat", "chat")], value="speak", label="Mode",
+                          info="speak: say this text · chat: the model replies", elem_id="mode",
+                          min_width=200, visible=info.get("chat", True))
+        p.speaker = gr.Dropdown(speakers, value=info.get("default_speaker") if speakers else None, label="Speaker",
+                                elem_id="speaker", min_width=140, visible=bool(speakers))
+        p.language = gr.Dropdown(["auto", *[lang for lang in languages if lang != "auto"]], value="auto",
+                                 label="Language", elem_id="language", min_width=140, visible=bool(languages))
+    p.instruct = gr.Textbox(label="Voice instruction", lines=2, max_length=MAX_TEXT_CHARS, elem_id="instruct",
+                            placeholder="Describe the voice: e.g. a calm, low voice, speaking slowly",
+                            visible=bool(info.get("instruct")))
+    p.text_input = gr.Radio(text_inputs, value=info.get("default_text_input", text_inputs[0]), label="Text input",
+                            info="whole: all the text in the prompt · streaming: one text token per frame",
+                            elem_id="text-input", visible=len(text_inputs) > 1)
+    with gr.Accordion("Voice to clone", open=True, elem_id="clone-voice", visible=bool(info.get("clone"))):
+        p.ref_audio = gr.Audio(sources=["upload", "microphone"], type="numpy", label="Reference clip",
+                               elem_id="reference-audio")
+        p.ref_text = gr.Textbox(label="Its transcript (empty: clone the voice alone)", lines=2,
+                                elem_id="reference-text")
+
+
+def own_audio(p: SimpleNamespace, info: dict) -> None:
+    """Bring your own audio: record or upload, encode, hear the round trip, see the ablation, clone."""
+    can = bool(info.get("can_encode"))
+    with gr.Accordion("Your own audio: record or upload, see its codes", open=can, elem_id="own-audio"):
+        if not can:
+            gr.HTML('<div class="callout">This model\'s codec has no encoder (Qwen3-Omni publishes none), so '
+                    'audio cannot be turned into codes here. Load a Qwen3-TTS model, e.g. '
+                    '<code>python app.py --model tiny-tts</code>.</div>', elem_id="no-encoder")
+        p.audio_in = gr.Audio(sources=["upload", "microphone"], type="numpy", label="Record or upload a clip",
+                              elem_id="audio-in", interactive=can,
+                              waveform_options=gr.WaveformOptions(show_recording_waveform=True))
+        with gr.Row():
+            p.encode = gr.Button("Encode into codes", variant="primary", elem_id="encode", interactive=can)
+            p.clone = gr.Button("Clone this voice: say the text box", elem_id="clone",
+                                visible=bool(info.get("clone")))
+        p.clone_text = gr.Textbox(label="What the clip says (for the clone; empty: the voice alone)",
+                                  elem_id="clone-text", visible=bool(info.get("clone")))
+        p.roundtrip = gr.HTML('<div class="roundtrip idle">Encode a clip: how close its re-decode is shows here.</div>',
+                              elem_id="roundtrip", js_on_load=None)
+        with gr.Row():
+            p.audio_original = gr.Audio(label="Original (as the codec hears it)", interactive=False,
+                                        elem_id="audio-original")
+            p.audio_redecoded = gr.Audio(label="Re-decoded from its codes", interactive=False,
+                                         elem_id="audio-redecoded")
+        p.ablation = gr.Plot(charts.ablation(None), show_label=False, elem_id="ablation")
+
+
 def tools(p: SimpleNamespace, info: dict) -> None:
     """First-k listening, code surgery, A/B takes, decoding a codes file."""
     with gr.Accordion("Listen with the first k codebooks", open=True, elem_id="listen"):
@@ -149,7 +197,7 @@ def tools(p: SimpleNamespace, info: dict) -> None:
     with gr.Accordion("Decode a codes file", open=False, elem_id="upload-section"):
         p.upload = gr.File(label="Upload codes ([T, 16], .npy or .json)", file_types=[".npy", ".json"],
                            type="filepath", elem_id="upload")
-
+    own_audio(p, info)
 
 
 def api(p: SimpleNamespace, info: dict) -> None:
@@ -159,7 +207,8 @@ def api(p: SimpleNamespace, info: dict) -> None:
         p.api_inputs = [gr.Textbox(label="text"), gr.Textbox(value="speak", label="mode"),
                         gr.Textbox(value=info["default_speaker"], label="speaker"),
                         gr.Textbox(value="reprefill", label="predictor"), gr.Checkbox(False, label="do_sample"),
-                        gr.Number(0, precision=0, label="seed"), gr.Number(None, precision=0, label="max_frames")]
+                        gr.Number(0, precision=0, label="seed"), gr.Number(None, precision=0, label="max_frames"),
+                        gr.Textbox(None, label="language"), gr.Textbox(None, label="instruct")]
         p.api_outputs = [gr.JSON(label="result"), gr.File(label="wav")]
         p.stats_inputs = [gr.JSON(label="codes"), gr.JSON(None, label="probs")]
         p.stats_output = gr.JSON(label="statistics")
@@ -168,4 +217,6 @@ def api(p: SimpleNamespace, info: dict) -> None:
                             gr.Number(None, precision=0, label="end"), gr.Number(0, precision=0, label="value"),
                             gr.Number(0, precision=0, label="seed")]
         p.surgery_outputs = [gr.JSON(label="result"), gr.File(label="wav")]
+        p.encode_inputs = [gr.Audio(type="numpy", label="audio")]
+        p.encode_outputs = [gr.JSON(label="result"), gr.File(label="wav")]
 

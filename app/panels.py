@@ -9,30 +9,41 @@ STOPPED = {"eos": "finished (end of speech)", "max_frames": "reached the frame l
            "cancelled": "Stopped: what was made so far is drawn and can be downloaded"}
 STAGES = ("thinker", "talker", "predictor", "codec")
 
-CHECKPOINT_HINT = "python app.py --model /path/to/Qwen3-Omni-30B-A3B-Instruct"
+
+
+FAMILIES = {  # the stages drawn in the header, and a line about the family
+    "qwen3_omni": (("text", "thinker", "talker · CB0", "code predictor · CB1–15", "Code2Wav"),
+                   "Qwen3-Omni's speech path, heard as it is made and drawn codebook by codebook."),
+    "qwen3_tts": (("text", "talker · CB0", "code predictor · CB1–15", "12 Hz codec"),
+                  "Qwen3-TTS, heard as it is made and drawn codebook by codebook."),
+}
+REAL_MODELS = {"qwen3_omni": "python app.py --model Qwen/Qwen3-Omni-30B-A3B-Instruct --device cuda",
+               "qwen3_tts": "python app.py --model Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"}
 
 
 def header(info: dict, streaming: bool) -> str:
     """The page title, the speech path, and a plain statement of which model is loaded."""
-    path = "".join(f'<span class="stage">{escape(s)}</span><span class="arrow">→</span>' for s in
-                   ("text", "thinker", "talker · CB0", "code predictor · CB1–15", "Code2Wav"))
+    family = info.get("family", "qwen3_omni")
+    stages, lead = FAMILIES.get(family, FAMILIES["qwen3_omni"])
+    path = "".join(f'<span class="stage">{escape(s)}</span><span class="arrow">→</span>' for s in stages)
     compiled = ", torch.compile'd" if info.get("compiled") else ""
+    voices = f'{len(info["speakers"])} speakers · ' if info.get("speakers") else ""
     loaded = (f'<b>{escape(info["name"])}</b> on <b>{escape(info["device"])}</b> ({escape(info["dtype"])}{compiled}) · '
-              f'{len(info["speakers"])} speakers · {info["num_code_groups"]} codebooks × {info["codebook_size"]} codes · '
+              f'{voices}{info["num_code_groups"]} codebooks × {info["codebook_size"]} codes · '
               f'{info["frame_ms"]:g} ms per frame · {info["sample_rate"] // 1000} kHz')
     parts = [
         '<div class="lab-header">',
         '<h1>Omni Speech Lab</h1>',
-        '<p class="lead">Qwen3-Omni\'s speech path, heard as it is made and drawn codebook by codebook.</p>',
+        f'<p class="lead">{escape(lead)}</p>',
         f'<div class="path">{path}<span class="stage out">{info["sample_rate"] // 1000} kHz audio</span></div>',
         f'<p class="loaded">Loaded: {loaded}</p>',
     ]
     if info.get("random_weights"):
         parts.append(
-            '<div class="callout warn"><b>Random weights.</b> The embedded tiny model has Qwen3-Omni\'s exact '
-            'architecture but random weights: the codes are structurally real (16 codebooks, 2048 codes each, '
-            '12.5 frames per second), the audio is not speech. To hear speech, start the app on a real '
-            f'checkpoint: <code>{escape(CHECKPOINT_HINT)}</code></div>')
+            '<div class="callout warn"><b>Random weights.</b> This model has the exact architecture but random '
+            'weights: the codes are structurally real (16 codebooks, 2048 codes each, 12.5 frames per second), '
+            'the audio is not speech. To hear speech, start the app on a real checkpoint: '
+            f'<code>{escape(REAL_MODELS.get(family, REAL_MODELS["qwen3_omni"]))}</code></div>')
     if not streaming:
         parts.append(
             '<div class="callout">ffmpeg is not installed, so audio cannot stream: the player gets the whole '
@@ -86,6 +97,24 @@ def _sharing(batch: int) -> str:
 def uploaded(frames: int, frame_s: float, name: str) -> str:
     cards = [("frames", str(frames)), ("audio", f"{frames * frame_s:.2f} s")]
     return _panel(f"Uploaded codes <b>{escape(name)}</b>, decoded with all 16 codebooks", cards, "", [], "")
+
+
+def encoded(frames: int, frame_s: float, measured: dict) -> str:
+    """The stats panel for a recording turned into codes by the codec's encoder."""
+    cards = [("frames", str(frames)), ("audio", f"{frames * frame_s:.2f} s"),
+             ("log-mel distance", f'{measured["mel_distance"]:.2f} dB'), ("SNR", _db(measured["snr_db"]))]
+    return _panel("Your recording, encoded with the codec's encoder and re-decoded from its 16 codebooks "
+                  "(no probabilities: the confidence view has none)", cards, "", [], "")
+
+
+def roundtrip(measured: dict, meaning: str) -> str:
+    """The round trip's measures with a sentence on what they mean."""
+    return (f'<div class="roundtrip"><p><b>Round trip</b>: log-mel distance <b>{measured["mel_distance"]:.2f} dB</b> · '
+            f'SNR <b>{escape(_db(measured["snr_db"]))}</b></p><p class="meaning">{escape(meaning)}</p></div>')
+
+
+def _db(value: float | None) -> str:
+    return "exact" if value is None else f"{value:.1f} dB"
 
 
 def _panel(title: str, cards: list[tuple[str, str]], bar: str, warnings: list[str], text: str) -> str:

@@ -188,11 +188,15 @@ class Studio:
     def _ab(self, take: Take, pinned: Pinned | None):
         if pinned is None:
             return gr.skip(), gr.skip(), gr.skip()
-        b = take.current_codes()
+        b, audio = take.current_codes(), take.current_audio()
+        playable = self.info["sample_rate"], to_int16(audio)
+        if len(b) != len(pinned.codes):  # different moments: compare statistics, not cells
+            size = self.info["codebook_size"]
+            figure = charts.side_by_side(codebook_stats(pinned.codes, None, size), codebook_stats(b, None, size))
+            return figure, inspector.ab_html(len(pinned.codes), len(b)), playable
         differ, agree = agreement(pinned.codes, b)
-        audio = take.current_audio()
         return (charts.diff(pinned.codes, b, differ, agree, self.info["frame_ms"]),
-                inspector.ab_html(len(pinned.codes), len(b), agree), (self.info["sample_rate"], to_int16(audio)))
+                inspector.ab_html(len(pinned.codes), len(b), agree), playable)
 
     # --- API (stateless, for scripts) -------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 
 Element ids (for browser tests and for people who script the page): text, generate,
 predictor, audio, heatmap, stats; inspecting codes: frame, inspector, spectrogram, cbstats,
-surgery, pin (README has the full table). API names: `synthesize` (streaming), `codes`,
-`codebook_stats` and `surgery`.
+surgery, pin; your own audio: audio-in, roundtrip, ablation, clone (README has the full table).
+API names: `synthesize` (streaming), `codes`, `codebook_stats`, `surgery` and `encode`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import gradio as gr
 from app import layout
 from app.files import OutputDir
 from app.handlers import Lab, SynthOut
+from app.recording import EncodeOut, Recording
 from app.studio import AfterTake, Studio, SurgeryOut
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
@@ -28,21 +29,28 @@ def build_ui(pipe, outputs: OutputDir) -> gr.Blocks:
     streaming = shutil.which("ffmpeg") is not None  # Gradio encodes streamed audio with ffmpeg
     with gr.Blocks(title="Omni Speech Lab", fill_width=True, delete_cache=(3600, 3600)) as demo:
         p = layout.page(info, streaming)
-        wire(p, Lab(pipe, outputs, streaming), Studio(pipe, outputs))
+        lab = Lab(pipe, outputs, streaming)
+        wire(p, lab, Studio(pipe, outputs), Recording(pipe, outputs, lab.figure))
     # As many handlers run at once as the engine batches; more wait in a bounded queue.
-    return demo.queue(default_concurrency_limit=info["max_batch"], max_size=4 * info["max_batch"])
+    return demo.queue(default_concurrency_limit=info["max_batch"], max_size=info["max_waiting"])
 
 
-def wire(p: SimpleNamespace, lab: Lab, studio: Studio) -> None:
+def wire(p: SimpleNamespace, lab: Lab, studio: Studio, recording: Recording) -> None:
     """Every event of the page, and the API endpoints. Engine work shares one concurrency group."""
     private = dict(api_visibility="private")
-    synth_inputs = [p.text, p.mode, p.speaker, p.predictor, p.cuda_graph, p.do_sample, p.temperature, p.top_k,
-                    p.top_p, p.seed, p.max_frames, p.view]
+    settings = [p.text, p.mode, p.speaker, p.predictor, p.cuda_graph, p.do_sample, p.temperature, p.top_k,
+                p.top_p, p.seed, p.max_frames, p.view, p.language, p.instruct, p.text_input]
+    synth_inputs = [*settings, p.ref_audio, p.ref_text]
     after_take = dict(fn=studio.after_take, inputs=[p.take, p.pinned, p.spectro_kind],
                       outputs=[getattr(p, name) for name in AfterTake._fields], show_progress="hidden", **private)
     gr.on([p.generate.click, p.text.submit], lab.synthesize, inputs=synth_inputs,
           outputs=list(SynthOut(audio=p.audio, heatmap=p.heatmap, stats=p.stats, files=p.files, take=p.take)),
           api_name="synthesize", concurrency_id="engine", show_progress="minimal").then(**after_take)
+    p.clone.click(lab.synthesize, inputs=[*settings, p.audio_in, p.clone_text],  # the recording as the voice
+                  outputs=list(SynthOut(audio=p.audio, heatmap=p.heatmap, stats=p.stats, files=p.files, take=p.take)),
+                  concurrency_id="engine", show_progress="minimal", **private).then(**after_take)
+    p.encode.click(recording.encode, inputs=[p.audio_in, p.view], outputs=[getattr(p, n) for n in EncodeOut._fields],
+                   concurrency_id="engine", **private).then(**after_take)
     # Stop sets the running request's cancel flag and the request draws its own last update.
     # (Gradio's `cancels=` would drop that update, and its last live one could land after ours.)
     p.stop.click(lab.stop, inputs=[p.take], queue=False, **private)
@@ -69,6 +77,8 @@ def wire(p: SimpleNamespace, lab: Lab, studio: Studio) -> None:
     gr.on([], studio.surgery_api, inputs=p.surgery_inputs, outputs=p.surgery_outputs, api_name="surgery",
           concurrency_id="engine")
     gr.on([], lab.codes, inputs=p.api_inputs, outputs=p.api_outputs, api_name="codes", concurrency_id="engine")
+    gr.on([], recording.encode_api, inputs=p.encode_inputs, outputs=p.encode_outputs, api_name="encode",
+          concurrency_id="engine")
 
 
 def launch_kwargs(args, outputs: OutputDir) -> dict:

@@ -8,12 +8,13 @@ docs/ENGINE.md in the repository.
 
 from omni_core.codes_io import check_codes, codes_to_json, load_codes
 from omni_core.models.config import CheckpointError
+from omni_core.engine.output import EngineError
 from omni_core.events import AudioChunk, Done, Frame, Result, Stats, TextDelta
 from omni_core.pipeline import Pipeline, load_pipeline
 from omni_core.request import MAX_FRAMES, MAX_TEXT_CHARS, RequestError, SpeechRequest
 
 __all__ = [
-    "load_pipeline", "Pipeline", "SpeechRequest", "RequestError", "CheckpointError",
+    "load_pipeline", "Pipeline", "SpeechRequest", "RequestError", "CheckpointError", "EngineError",
     "TextDelta", "Frame", "AudioChunk", "Done", "Result", "Stats",
     "load_codes", "check_codes", "codes_to_json", "MAX_FRAMES", "MAX_TEXT_CHARS",
 ]

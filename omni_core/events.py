@@ -41,11 +41,13 @@ class Stats:
     talker_s: float = 0.0
     predictor_s: float = 0.0
     codec_s: float = 0.0
-    total_s: float = 0.0
-    first_audio_s: float | None = None  # from request start to the first AudioChunk
+    total_s: float = 0.0  # from submission to the end: queue_s included
+    queue_s: float = 0.0  # waiting for a batch slot, from submission to admission
+    first_audio_s: float | None = None  # from submission to the first AudioChunk (what a user feels)
+    first_audio_admitted_s: float | None = None  # from admission to the first AudioChunk (the engine's part)
     frames: int = 0
     audio_s: float = 0.0
-    rtf: float | None = None  # total_s / audio_s: below 1 is faster than real time
+    rtf: float | None = None  # total_s / audio_s (queue included): below 1 is faster than real time
     predictor_ms_per_frame: float | None = None
     text_tokens: int = 0
     device: str = "cpu"
@@ -55,7 +57,7 @@ class Stats:
     mismatches: int | None = None  # compare mode: codes where the two predictors differ
     batch_max: int = 0  # the most requests that shared an engine step with this one's frames
     batch_mean: float | None = None  # requests per step, averaged over this request's frames
-    stopped: str = "max_frames"  # "eos" | "max_frames" | "cancelled" | "time_budget"
+    stopped: str = "max_frames"  # "eos" | "max_frames" | "cancelled" | "time_budget" | "stalled"
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:

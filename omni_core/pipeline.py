@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from omni_core.engine import Engine, Sequence, SpeechModel, Stream
+from omni_core.engine.scheduler import MAX_UNREAD, STALL_S, Scheduler
 from omni_core.events import Done, Result
 from omni_core.fast.predictors import Predictors
 from omni_core.loading.recipe import LoadedModel, load_model
@@ -28,7 +29,8 @@ log = logging.getLogger(__name__)
 def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto",
                   threads: int | None = None, time_budget_s: float | None = None,
                   compile: bool = False, revision: str | None = None, force: bool = False,
-                  max_batch: int = 16) -> "Pipeline":
+                  max_batch: int = 16, max_waiting: int | None = None, max_unread: int = MAX_UNREAD,
+                  stall_s: float = STALL_S) -> "Pipeline":
     """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape; 'tiny-tts' a Qwen3-TTS
     CustomVoice one), a checkpoint directory (Qwen3-Omni, or Qwen3-TTS: model_type qwen3_tts), or a hub
     id ('Qwen/Qwen3-Omni-30B-A3B-Instruct', 'Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice', fetched into the
@@ -38,25 +40,32 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
 
     threads: CPU threads for torch's kernels (process-wide; None leaves torch's default). The engine
     runs every request in its one thread, so it can have all the cores.
-    time_budget_s: the most one request may run before it is stopped (None: no limit).
+    time_budget_s: the most one request may run, from when the engine admits it, before it is
+    stopped (None: no limit; otherwise a positive number of seconds).
     compile: decode with torch.compile'd steps and predictor frames (fast/compiled.py): the same codes,
     several times faster on small models; the first request of each kind compiles first.
     revision: the hub id's branch, tag or commit (None: the default branch).
     force: load even when the memory check (loading/memory.py) says the weights do not fit.
-    max_batch: the most requests the engine advances together; more wait their turn."""
+    max_batch: the most requests the engine advances together; more wait their turn.
+    max_waiting: the most requests that may wait for a slot (None: 4 x max_batch); `stream()` refuses
+    more with a RequestError.
+    max_unread: a request whose reader is more than this many frames behind is paused (its row leaves
+    the batch, it keeps its slot) until the reader catches up; stall_s: paused that long, it is stopped
+    ("stalled").
+    Close the pipeline (`close()`, or `with load_pipeline(...) as pipe:`) to end its engine thread."""
+    options = dict(time_budget_s=time_budget_s, max_waiting=max_waiting, max_unread=max_unread, stall_s=stall_s)
+    Scheduler(max_batch, **options)  # a bad option fails now, not after loading
     if threads is not None:
         torch.set_num_threads(max(1, int(threads)))
     loaded = load_model(source, device=device, dtype=dtype, revision=revision, force=force)
     log.info(loaded.report)
-    pipe = Pipeline(loaded, max_batch=max_batch, compile=compile)
-    pipe.time_budget_s = time_budget_s
-    return pipe
+    return Pipeline(loaded, max_batch=max_batch, compile=compile, **options)
 
 
 class Pipeline:
     """The loaded speech path and the engine that serves it. Weights and tokenizer are read-only."""
 
-    def __init__(self, loaded: LoadedModel, max_batch: int = 16, compile: bool = False):
+    def __init__(self, loaded: LoadedModel, max_batch: int = 16, compile: bool = False, **engine_options):
         self.config, self.tokenizer = loaded.config, loaded.tokenizer
         self.family = self.config.family  # "qwen3_omni" | "qwen3_tts"
         self.thinker = loaded.modules.get("thinker")  # None for Qwen3-TTS
@@ -77,7 +86,7 @@ class Pipeline:
                                  self.device, self.dtype, self.predictors, self._suppress_mask(), self.default_speaker,
                                  prompts=PromptBuilder(self.config, self.talker, self.tokenizer) if tts else None,
                                  speaker_encoder=self.speaker_encoder, min_new_tokens=2 if tts else 0)
-        self.engine = Engine(self.model, max_batch)
+        self.engine = Engine(self.model, max_batch, **engine_options)
 
     @property
     def info(self) -> dict:
@@ -90,8 +99,8 @@ class Pipeline:
             samples_per_frame=cfg.codec.samples_per_frame,
             frame_ms=1000 * cfg.codec.samples_per_frame / cfg.sample_rate,
             codebook_size=cfg.codec.codebook_size, num_code_groups=cfg.num_code_groups,
-            max_batch=self.engine.max_batch, can_encode=getattr(self.code2wav, "can_encode", False),
-            max_encode_s=MAX_SECONDS,
+            max_batch=self.engine.max_batch, max_waiting=self.engine.max_waiting,
+            can_encode=getattr(self.code2wav, "can_encode", False), max_encode_s=MAX_SECONDS,
         )
 
     @property
@@ -109,7 +118,7 @@ class Pipeline:
 
     @time_budget_s.setter
     def time_budget_s(self, seconds: float | None) -> None:
-        self.engine.scheduler.time_budget_s = seconds
+        self.engine.scheduler.time_budget_s = seconds  # checked: None or a positive number
 
     @property
     def compiled(self) -> bool:
@@ -123,21 +132,26 @@ class Pipeline:
     # ---- requests ---------------------------------------------------------------------------
 
     def stream(self, request: SpeechRequest, cancel=None, *, overlap: bool = True) -> Stream:
-        """TextDelta / Frame / AudioChunk events, then Done, from the engine that runs this request
-        beside the others. Raises RequestError at once on bad input; `cancel` (an Event) or
-        `Stream.close()` stops the request at the next step. overlap=False: the thinker writes
-        its whole reply before the talker starts (the same codes; a check of the overlap)."""
-        clean, warnings = self.check(request)
-        return Stream(self.engine, Sequence(clean, warnings, self.device, self.dtype, cancel, overlap))
+        """Submit the request and return its events: TextDelta / Frame / AudioChunk, then Done, from
+        the engine that runs it beside the others. Raises RequestError at once on bad input or when
+        max_waiting requests already wait, EngineError when the pipeline is closed or its engine is
+        down. `cancel` (a threading.Event) or `Stream.close()` stops the request at the next step.
+        overlap=False: the thinker writes its whole reply before the talker starts (the same codes;
+        a check of the overlap)."""
+        return self.stream_together([request], cancel, overlap=overlap)[0]
 
-    def stream_together(self, requests: list[SpeechRequest]) -> list[Stream]:
+    def stream_together(self, requests: list[SpeechRequest], cancel=None, *, overlap: bool = True) -> list[Stream]:
         """Streams for several requests handed to the engine at once: they are taken in at the same
         step (as many as max_batch allows), so they share steps from their first frame."""
-        streams = [self.stream(r) for r in requests]
-        self.engine.submit(*(s._seq for s in streams))
-        for s in streams:
-            s.mark_submitted()
-        return streams
+        seqs = [self._sequence(r, cancel if len(requests) == 1 else None, overlap) for r in requests]
+        self.engine.submit(*seqs)
+        return [Stream(self.engine, seq) for seq in seqs]
+
+    def _sequence(self, request: SpeechRequest, cancel, overlap: bool) -> Sequence:
+        clean, warnings = self.check(request)
+        if cancel is not None and not (callable(getattr(cancel, "is_set", None)) and callable(getattr(cancel, "set", None))):
+            raise RequestError(f"cancel must be a threading.Event (with is_set() and set()), not {type(cancel).__name__}")
+        return Sequence(clean, warnings, self.device, self.dtype, cancel, overlap)
 
     def generate(self, request: SpeechRequest, **kwargs) -> Result:
         with self.stream(request, **kwargs) as events:
@@ -145,6 +159,17 @@ class Pipeline:
                 if isinstance(event, Done):
                     return event.result
         raise RuntimeError("the stream ended without a result")
+
+    def close(self) -> None:
+        """Fail what the engine still holds (EngineError), end its thread and let go of the weights it
+        kept alive; later calls raise EngineError. Idempotent."""
+        self.engine.close()
+
+    def __enter__(self) -> "Pipeline":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def call(self, fn, *args):
         """Run fn(*args) in the engine's thread between two steps (a profiler, a debugger) and return
@@ -171,11 +196,10 @@ class Pipeline:
         return mask
 
     def warm_up(self) -> None:
-        """Run one short request per decode path, and compile the predictor for every batch
-        bucket the engine can use, so that compiling happens now and not in a user's request."""
-        compiled = self.predictors.compiled
-        if compiled is not None:
-            self.engine.call(torch.no_grad()(compiled.warm_up), self.engine.max_batch)
+        """Run one short request per decode path, and compile (compile=True) or capture (CUDA) the
+        predictor for every batch bucket up to max_batch, so that this happens now and not in a
+        user's request."""
+        self.engine.call(torch.no_grad()(self.predictors.warm_up), self.engine.max_batch)
         mode = "chat" if self.family == "qwen3_omni" else "speak"
         extra = {}
         if self.abilities["clone"]:  # a second of a tone: the clone path's encoders warm up too

@@ -41,10 +41,11 @@ def hf_reference(preset: str):
 
 
 @functools.lru_cache(maxsize=None)
-def our_pipeline(preset: str, dtype: str = "float32"):
+def our_pipeline(preset: str, dtype: str = "float32", **options):
+    """One pipeline per (preset, dtype, engine options) per process; options: load_pipeline's."""
     from omni_core import load_pipeline
 
-    return load_pipeline(preset, device="cpu", dtype=dtype)
+    return load_pipeline(preset, device="cpu", dtype=dtype, **options)
 
 
 @pytest.fixture(params=PRESETS)

@@ -122,3 +122,12 @@ def test_concurrent_compiled_requests_equal_their_solo_runs():
     for got, want in zip(together, solo):
         assert_same(got, want)
     assert max(r.stats.batch_max for r in together) >= 2
+
+
+def test_hitting_the_recompile_limit_is_an_error_not_a_silent_fall_to_eager():
+    from omni_core.fast.compiled import strict
+
+    double = strict(torch.compile(lambda x: x * 2, dynamic=False, recompile_limit=1), "the test step")
+    assert torch.equal(double(torch.ones(2)), torch.full((2,), 2.0))
+    with pytest.raises(RuntimeError, match="the test step hit torch.compile's recompile limit"):
+        double(torch.ones(3))  # a second shape: a second graph, over the limit of 1

@@ -97,3 +97,11 @@ def test_cuda_bfloat16_runs_and_reports_its_codes():
     result = pipe.generate(SpeechRequest("Half precision on the GPU.", max_frames=10))
     print("bfloat16 CUDA codes:", result.codes.tolist())
     assert result.codes.shape == (10, 16)
+
+
+def test_warm_up_captures_every_bucket_up_to_max_batch(gpu_pipe):
+    """No bucket is captured while serving: warm-up captures them all."""
+    from omni_core.fast.buckets import buckets_up_to
+
+    gpu_pipe.warm_up()
+    assert set(gpu_pipe.predictors.graph.graphs) == set(buckets_up_to(gpu_pipe.engine.max_batch))

@@ -25,7 +25,7 @@ def test_the_page_has_its_components_with_their_element_ids():
                           ("edit_op", "edit-op")]:
         assert getattr(p, name).elem_id == elem_id, name
     assert isinstance(p.take, gr.State) and isinstance(p.pinned, gr.State)
-    assert len(p.api_inputs) == 7 and len(p.surgery_inputs) == 7 and len(p.stats_inputs) == 2
+    assert len(p.api_inputs) == 9 and len(p.surgery_inputs) == 7 and len(p.stats_inputs) == 2
 
 
 def test_choices_follow_the_model_and_the_machine():

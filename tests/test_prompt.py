@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from omni_core import SpeechRequest
+
 from omni_core.models.qwen3_omni.prompt import TalkerPromptBuilder, TextSteps, assistant_start, user_positions
 
 from .conftest import our_pipeline
@@ -50,12 +52,19 @@ def test_prompt_is_the_user_part_plus_nine_positions_with_the_speaker_in_it():
     assert not torch.equal(other, builder.prompt(prompt, 72, pipe.speaker_id(None)))  # the speaker is in it
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="a one-token reply (no r0' slot): the text track "
-                   "has 8 positions, the codec track 9, and torch.cat fails (also a chat request with "
-                   "max_text_tokens=1 fails with this error)")
-def test_a_one_token_reply_gives_the_user_part_plus_eight_positions():
+def test_a_reply_without_a_spoken_token_is_refused_by_the_builder():
     pipe, builder, prompt, U = builder_and_prompt()
-    assert builder.prompt(prompt, None, pipe.speaker_id(None)).shape == (1, U + 8, pipe.config.talker.hidden_size)
+    with pytest.raises(ValueError, match="first spoken token"):
+        builder.prompt(prompt, None, pipe.speaker_id(None))
+
+
+def test_a_one_token_chat_reply_ends_with_no_frames_and_says_why():
+    """max_text_tokens=1: the reply's only token is never spoken (as in HF), so nothing is said."""
+    pipe = builder_and_prompt()[0]
+    result = pipe.generate(SpeechRequest("Hi", mode="chat", max_text_tokens=1, max_frames=5))
+    assert result.codes.shape == (0, 16) and result.stats.stopped == "eos"
+    assert any("nothing to speak" in w for w in result.stats.warnings)
+    assert pipe.generate(SpeechRequest("Hi", mode="chat", max_text_tokens=2, max_frames=3)).codes.shape == (3, 16)
 
 
 class Projector:

@@ -75,9 +75,11 @@ def test_pin_a_then_the_next_take_is_compared_to_it(tmp_path):
     s, a = studio(tmp_path), take(seed=1)
     pinned, line, _, plot, _ = s.pin(a)
     assert isinstance(pinned, Pinned) and "pinned: 6 frames" in line and plot.layout.annotations
-    b = take(T=4, seed=1)
-    out = s.after_take(b, pinned, "mel")
-    assert "0 of 64 codes differ" in out.ab_plot.layout.title.text and "agree in 100.0%" in out.ab_text
+    out = s.after_take(take(seed=1), pinned, "mel")  # the same codes, the same length: a cell diff
+    assert "0 of 96 codes differ" in out.ab_plot.layout.title.text and "agree in 100.0%" in out.ab_text
+    out = s.after_take(take(T=4, seed=1), pinned, "mel")  # other lengths: statistics side by side, no diff
+    assert "lengths differ" in out.ab_plot.layout.title.text and "different lengths" in out.ab_text
+    assert {trace.name for trace in out.ab_plot.data} == {"A", "B"}
 
 
 def test_stats_and_surgery_apis(tmp_path):

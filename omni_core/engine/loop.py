@@ -1,6 +1,6 @@
 """`Engine`: one thread, one loop, every running request advanced in the same step.
 
-`Engine.step()` reads as one sentence: schedule (stop, admit) → think (one batched
+`Engine.step()` reads as one sentence: schedule (stop, pause, admit) → think (one batched
 thinker token for every chat reply the talker is about to read) → talk (one batched
 talker step) → CB0 per row → one predictor call per predictor kind for all rows →
 emit each row's frame and audio.
@@ -11,7 +11,14 @@ thread that calls them, and a second thread's OpenMP team fights the first's (me
 ~3x slower on 2 cores); one long-lived thread runs at full speed.
 
 Time is charged per stage: every request in a batched call waited for all of it, so each
-is charged the whole call. A request that fails (a bad prompt, its codec push) fails alone.
+is charged the whole call.
+
+Faults: what a request brings (its stop checks, prompt, sampling, codec push) runs under
+its own guard and fails it alone. A batched call that raises is run again one row at a
+time (rows are batch-invariant, so a healthy row gets the floats it got in the batch) and
+only the rows that fail alone fail. An exception that escapes a step fails the rows it
+held; a second in a row, or the thread dying, takes the engine down: every request it
+holds, and every later call, gets `EngineError`.
 """
 
 from __future__ import annotations
@@ -20,27 +27,37 @@ import logging
 import queue
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 
 import torch
 
 from omni_core.engine import output
+from omni_core.engine.output import EngineError
 from omni_core.engine.runner import Runner
 from omni_core.engine.scheduler import Scheduler
 from omni_core.engine.sequence import Sequence
 from omni_core.engine.speech_model import SpeechModel
+from omni_core.request import RequestError
 
 log = logging.getLogger(__name__)
 
+POLL_S = 0.1  # how often a waiting caller checks that the engine is alive
+PAUSED_POLL_S = 0.02  # how often an engine whose requests are all paused looks again
+CLOSE = object()  # the inbox item that ends the loop
+
 
 class Engine:
-    def __init__(self, model: SpeechModel, max_batch: int = 16, time_budget_s: float | None = None):
-        self.scheduler = Scheduler(max_batch, time_budget_s)
+    def __init__(self, model: SpeechModel, max_batch: int = 16, **options):
+        """options: Scheduler's (time_budget_s, max_waiting, max_unread, stall_s)."""
+        self.scheduler = Scheduler(max_batch, **options)
         self.runner = Runner(model)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()  # lists of new Sequences, (fn, args, Future) calls
         self.steps_taken = 0
+        self.error: EngineError | None = None  # set once the engine no longer serves
+        self._queued = 0  # submitted and not yet admitted: in the inbox or the scheduler's waiting line
+        self._failed_steps = 0  # steps in a row that raised
         self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
+        self._lock = threading.Lock()  # guards error, _queued, _thread and putting requests in the inbox
 
     @property
     def model(self) -> SpeechModel:
@@ -55,53 +72,112 @@ class Engine:
         return self.scheduler.max_batch
 
     @property
+    def max_waiting(self) -> int:
+        return self.scheduler.max_waiting
+
+    @property
     def active(self) -> int:
         return self.scheduler.active
 
     # ---- the callers' side -----------------------------------------------------------------
 
     def submit(self, *seqs: Sequence) -> None:
-        """Hand requests to the engine; requests submitted in one call are taken in at the same step."""
-        self._ensure_thread()
-        self.inbox.put(list(seqs))
+        """Hand requests to the engine; requests submitted in one call are taken in at the same step.
+        Raises RequestError when more than max_waiting would wait, EngineError when the engine is down."""
+        with self._lock:
+            self._raise_if_down()
+            if self._queued + len(seqs) > self.max_waiting:
+                raise RequestError(f"the engine is busy: {self._queued} requests are waiting (at most "
+                                   f"{self.max_waiting}) beside {self.max_batch} running; try again shortly")
+            self._queued += len(seqs)
+            self._start_thread()
+            now = time.perf_counter()
+            for seq in seqs:
+                seq.submitted_at = now
+            self.inbox.put(list(seqs))
 
     def call(self, fn, *args):
         """Run fn(*args) in the engine's thread between steps and return its result (or raise)."""
         if threading.current_thread() is self._thread:
             return fn(*args)
-        self._ensure_thread()
         future: Future = Future()
-        self.inbox.put((fn, args, future))
+        with self._lock:
+            self._raise_if_down()
+            self._start_thread()
+            self.inbox.put((fn, args, future))
+        while not wait([future], timeout=POLL_S).done:
+            self.check_alive()
         return future.result()
 
-    def _ensure_thread(self) -> None:
-        with self._start_lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="omni-engine", daemon=True)
-                self._thread.start()
+    def check_alive(self) -> None:
+        """Raise EngineError if the engine cannot serve any more (callers poll this while they wait)."""
+        with self._lock:
+            self._raise_if_down()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Fail what the engine holds with EngineError, end its thread, let go of the model."""
+        with self._lock:
+            if self.error is None:
+                self.error = EngineError("the pipeline is closed")
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            self.inbox.put(CLOSE)
+            thread.join(timeout)
+        if thread is None or not thread.is_alive():
+            self.runner = None  # the weights' last reference from the engine
+
+    def _raise_if_down(self) -> None:
+        if self.error is None and self._thread is not None and not self._thread.is_alive():
+            self.error = EngineError("the engine thread has died")
+        if self.error is not None:
+            raise EngineError(str(self.error))
+
+    def _start_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="omni-engine", daemon=True)
+            self._thread.start()
 
     # ---- the loop ------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        with torch.no_grad():
-            while True:
-                self._drain(block=not self.scheduler.active)
-                if self.scheduler.active:
-                    try:
-                        self.step()
-                    except Exception as exc:  # a bug in a batched call: fail those rows, keep serving
-                        log.exception("engine step failed")
-                        for seq in list(self.scheduler.running):
-                            self._fail(seq, exc)
+        try:
+            with torch.no_grad():
+                while self._drain(None if not self.scheduler.active else
+                                  PAUSED_POLL_S if self.scheduler.idle else 0):
+                    if self.scheduler.active:
+                        self._step_or_count()
+            self._go_down(EngineError("the pipeline is closed"))
+        except EngineError as exc:
+            self._go_down(exc)
+        except BaseException as exc:  # the loop itself broke: nobody may wait for it
+            log.exception("the engine thread died")
+            self._go_down(EngineError(f"the engine thread died: {type(exc).__name__}: {exc}"))
 
-    def _drain(self, block: bool) -> None:
-        """Take in everything the callers sent; wait for the first item when idle."""
+    def _step_or_count(self) -> None:
+        """One step; an exception that escapes it fails its rows, a second in a row takes the engine down."""
+        try:
+            self.step()
+            self._failed_steps = 0
+        except Exception as exc:
+            log.exception("engine step failed")
+            self._failed_steps += 1
+            if self._failed_steps >= 2:
+                raise EngineError(f"two engine steps in a row failed; the last: {type(exc).__name__}: {exc}") from exc
+            for seq in list(self.scheduler.running):
+                self._fail(seq, exc)
+
+    def _drain(self, timeout: float | None) -> bool:
+        """Take in everything the callers sent, waiting up to `timeout` for the first item (None:
+        until one comes). False once the engine is asked to close."""
+        block = timeout != 0
         while True:
             try:
-                item = self.inbox.get(block=block)
+                item = self.inbox.get(block=block, timeout=timeout if block else None)
             except queue.Empty:
-                return
+                return True
             block = False
+            if item is CLOSE:
+                return False
             if isinstance(item, list):
                 for seq in item:
                     self.scheduler.add(seq)
@@ -112,73 +188,93 @@ class Engine:
                 except BaseException as exc:
                     future.set_exception(exc)
 
+    def _go_down(self, error: EngineError) -> None:
+        """Fail every request held or still in the inbox, and every pending call, with `error`."""
+        with self._lock:
+            self.error = self.error or error
+            error = self.error
+        held = list(self.scheduler.running) + list(self.scheduler.waiting)
+        while True:
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, list):
+                held += item
+            elif isinstance(item, tuple):
+                item[2].set_exception(EngineError(str(error)))
+        for seq in held:
+            self._fail(seq, EngineError(str(error)))
+
     def step(self) -> None:
-        running = self.scheduler.running
-        for seq in running:
+        for seq in self.scheduler.running:
             seq.step_spent = dict.fromkeys(seq.step_spent, 0.0)
         self.schedule()
-        self.think([s for s in running if s.wants_token()])
-        rows = self.talk([s for s in running if s.can_talk])
+        rows = self.scheduler.rows()
+        self.think([s for s in rows if s.wants_token()])
+        rows = self.talk([s for s in rows if s.can_talk])
         rows, cb0 = self.choose_cb0(rows)
-        predicted = self.predict(rows, cb0)
+        rows, predicted = self.predict(rows, cb0)
         self.emit(rows, cb0, predicted)
         self.steps_taken += 1
 
     # ---- the parts of a step ---------------------------------------------------------------
 
     def schedule(self) -> None:
-        """Stop what was cancelled or ran out of time; admit waiting requests up to max_batch."""
-        for seq, reason in self.scheduler.interrupted():
-            self._finish(seq, reason)
-        for seq in self.scheduler.admit():
+        """Stop what was cancelled, ran out of time or stalled; pause slow readers; admit waiting
+        requests up to max_batch. Each request's checks run under its own guard."""
+        now = time.perf_counter()
+        for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
+            reason = self._guard(seq, "talker", [], self.scheduler.stop_reason, seq, now)
+            if reason is not None:
+                self._finish(seq, reason)
+        admitted = self.scheduler.admit(now)
+        with self._lock:
+            self._queued -= len(admitted)
+        for seq in admitted:
             # Chat admission is the thinker's prefill; speak mode's is the talker's prompt pieces.
             self._guard(seq, "thinker" if seq.req.mode == "chat" else "talker", [seq], self.runner.admit, seq)
 
     def think(self, seqs: list[Sequence]) -> None:
         """One reply token for each chat request that needs one: one batched thinker step."""
-        if not seqs:
-            return
-        t = time.perf_counter()
-        logits = self.runner.think(seqs)
-        self._charge("thinker", seqs, t)
-        for b, seq in enumerate(seqs):
-            self._guard(seq, "thinker", [seq], self.runner.take_token, seq, logits[b:b + 1])
+        seqs, logits = self._batched("thinker", seqs, self.runner.think)
+        for seq, row in zip(seqs, logits):
+            self._guard(seq, "thinker", [seq], self.runner.take_token, seq, row)
 
     def talk(self, seqs: list[Sequence]) -> list[Sequence]:
         """The talker's hidden state for each row's next frame: a prefill for a request starting,
         one batched step (ragged cache lengths) for the rest."""
         for seq in [s for s in seqs if not s.talking]:
+            if seq.reply.done and not seq.reply.spoken:  # the thinker ended its reply at once
+                seq.stats.warnings.append("the reply ended at its first token: there is nothing to speak")
+                self._finish(seq, "eos")
+                continue
             self._guard(seq, "talker", [seq], self.runner.start_talker, seq)
         going = [s for s in seqs if s.talking and s.hidden is None]
         inputs = {s: self._guard(s, "talker", [s], self.runner.next_input, s) for s in going}
-        going = [s for s in going if not s.finished]
-        if going:
-            t = time.perf_counter()
-            self.runner.talk(torch.cat([inputs[s] for s in going]), going)  # [B, 1, C]
-            self._charge("talker", going, t)
+        going, hidden = self._batched("talker", [s for s in going if not s.finished],
+                                      lambda rows: self.runner.talk(rows, [inputs[s] for s in rows]))
+        for seq, h in zip(going, hidden):
+            seq.hidden = h
         return [s for s in seqs if s.talking and not s.finished]
 
     def choose_cb0(self, seqs: list[Sequence]):
         """CB0 for every row (one codec-head matmul), each with its own settings and generator;
         a row that chose codec EOS ends here."""
-        if not seqs:
-            return [], {}
-        t = time.perf_counter()
-        logits = self.runner.cb0_logits(seqs)  # [B, V]
-        cb0 = {s: self.runner.next_cb0(s, logits[b:b + 1]) for b, s in enumerate(seqs)}
-        self._charge("talker", seqs, t)
+        seqs, logits = self._batched("talker", seqs, self.runner.cb0_logits)
+        cb0 = {s: self._guard(s, "talker", [s], self.runner.next_cb0, s, row) for s, row in zip(seqs, logits)}
         for seq in seqs:
-            if int(cb0[seq][0]) == self.model.codec_eos:
+            if not seq.finished and int(cb0[seq][0]) == self.model.codec_eos:
                 self._finish(seq, "eos")
         return [s for s in seqs if not s.finished], cb0
 
-    def predict(self, seqs: list[Sequence], cb0: dict) -> dict:
-        if not seqs:
-            return {}
-        t = time.perf_counter()
-        out = self.runner.predict(seqs, cb0)
-        self._charge("predictor", seqs, t)
-        return out
+    def predict(self, seqs: list[Sequence], cb0: dict) -> tuple[list[Sequence], dict]:
+        """CB1..CB15: one call per predictor kind (and graph or not) for all its rows."""
+        out: dict = {}
+        for kind, graph, rows in self.runner.predictor_groups(seqs):
+            rows, made = self._batched("predictor", rows, lambda r: self.runner.predict(kind, graph, r, cb0))
+            out.update({(s, kind): m for s, m in zip(rows, made)})
+        return [s for s in seqs if not s.finished], out
 
     def emit(self, seqs: list[Sequence], cb0: dict, predicted: dict) -> None:
         """Each row's Frame and audio; a row at its frame limit finishes."""
@@ -194,6 +290,28 @@ class Engine:
 
     # ---- bookkeeping ---------------------------------------------------------------------------
 
+    def _batched(self, stage: str, seqs: list[Sequence], call) -> tuple[list[Sequence], list]:
+        """call(rows) → one result per row, for all `seqs` at once. If it raises, each row runs
+        alone: rows are batch-invariant, so a healthy row gets the floats the batch would have
+        given it, and only a row that fails alone fails. → (the rows that succeeded, their results)."""
+        if not seqs:
+            return [], []
+        t = time.perf_counter()
+        try:
+            results = call(seqs)
+            self._charge(stage, seqs, t)
+            return seqs, results
+        except Exception as exc:
+            self._charge(stage, seqs, t)
+            if len(seqs) == 1:
+                self._fail(seqs[0], exc)
+                return [], []
+            log.warning("a batched %s call of %d rows failed (%s: %s); running its rows one at a time",
+                        stage, len(seqs), type(exc).__name__, exc)
+        alone = {s: self._guard(s, stage, [s], call, [s]) for s in seqs}
+        ok = [s for s in seqs if not s.finished]
+        return ok, [alone[s][0] for s in ok]
+
     def _charge(self, stage: str, seqs: list[Sequence], since: float) -> None:
         """Every request in a batched call waited for all of it: each is charged the whole time."""
         seconds = time.perf_counter() - since
@@ -202,7 +320,7 @@ class Engine:
             seq.step_spent[stage] += seconds
 
     def _guard(self, seq: Sequence, stage: str, charged: list[Sequence], fn, *args):
-        """Run one request's own work; if it raises, that request fails alone."""
+        """Run one request's own work; if it raises, that request fails alone (returns None)."""
         t = time.perf_counter()
         try:
             return fn(*args)
@@ -213,7 +331,7 @@ class Engine:
                 self._charge(stage, charged, t)
 
     def _finish(self, seq: Sequence, reason: str) -> None:
-        self.scheduler.remove(seq)
+        self._remove(seq)
         try:
             output.finish(seq, reason, self.model)
         except Exception as exc:  # its last codec push
@@ -222,5 +340,11 @@ class Engine:
     def _fail(self, seq: Sequence, exc: BaseException) -> None:
         if not seq.finished:
             log.warning("request failed: %s: %s", type(exc).__name__, exc)
-            self.scheduler.remove(seq)
+            self._remove(seq)
             output.fail(seq, exc)
+
+    def _remove(self, seq: Sequence) -> None:
+        if seq.admitted_at is None:  # it ends while waiting: one fewer in the line
+            with self._lock:
+                self._queued -= 1
+        self.scheduler.remove(seq)

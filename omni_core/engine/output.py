@@ -17,6 +17,11 @@ MAX_CHUNK_FRAMES = 8  # audio chunks of 1, 2, 4, 8, 8, ... frames: the first as 
 # is decoded, later ones larger (fewer codec calls; 640 ms of audio each).
 
 
+class EngineError(RuntimeError):
+    """The engine cannot serve: its thread died, its steps kept failing, or its pipeline was closed.
+    Every request it held gets this error, and so does every later call."""
+
+
 class Failed:
     """What a request's queue gets instead of Done when it fails; the stream raises `error`."""
 
@@ -59,27 +64,33 @@ def decode_pending(seq: Sequence, model: SpeechModel) -> None:
     seq.pending = []
     seq.audio.append(wav)
     if seq.stats.first_audio_s is None:
-        seq.stats.first_audio_s = time.perf_counter() - seq.t0
+        now = time.perf_counter()
+        seq.stats.first_audio_s = now - seq.submitted_at
+        seq.stats.first_audio_admitted_s = now - seq.admitted_at
     seq.emit(AudioChunk(wav, model.config.sample_rate, first))
 
 
 def finish(seq: Sequence, reason: str, model: SpeechModel) -> None:
-    """Decode what is left, send Done, and let go of the caches."""
+    """Decode what is left, let go of the caches, then send Done (a caller who has read Done
+    finds the request released)."""
     seq.stats.stopped = reason
     decode_pending(seq, model)
-    seq.emit(Done(result(seq, model)))
+    done = Done(result(seq, model))
     seq.release()
+    seq.emit(done)
 
 
 def fail(seq: Sequence, error: BaseException) -> None:
-    seq.emit(Failed(error))
     seq.release()
+    seq.emit(Failed(error))
 
 
 def result(seq: Sequence, model: SpeechModel) -> Result:
     s, G, sample_rate = seq.stats, model.config.num_code_groups, model.config.sample_rate
     s.thinker_s, s.talker_s, s.predictor_s, s.codec_s = (seq.spent[k] for k in STAGES)
-    s.total_s, s.frames = time.perf_counter() - seq.t0, len(seq.codes)
+    now = time.perf_counter()
+    s.total_s, s.frames = now - seq.submitted_at, len(seq.codes)
+    s.queue_s = (seq.admitted_at or now) - seq.submitted_at
     audio = np.concatenate(seq.audio) if seq.audio else np.zeros(0, np.float32)
     s.audio_s = len(audio) / sample_rate
     s.rtf = s.total_s / s.audio_s if s.audio_s else None

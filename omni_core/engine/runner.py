@@ -11,7 +11,7 @@ each row samples from its own generators.
 
 from __future__ import annotations
 
-import time
+from contextlib import contextmanager
 
 import torch
 
@@ -19,9 +19,23 @@ from omni_core.codec.streaming import StreamingDecoder
 from omni_core.engine.sequence import Sequence, default_text_tokens
 from omni_core.engine.speech_model import SpeechModel
 from omni_core.events import TextDelta
+from omni_core.models.layers import KVCache
 from omni_core.models.qwen3_omni.prompt import TalkerPromptBuilder, TextSteps
 from omni_core.models.qwen3_tts import voices
 from omni_core.models.sampling import choose, choose_with_alternatives, repetition_penalty, suppress
+
+@contextmanager
+def lengths_kept_on_error(caches: list[KVCache]):
+    """A batched step that raises leaves every cache at its old length, so a row run again alone
+    writes the same positions (what was written past the length is overwritten)."""
+    lengths = [c.length for c in caches]
+    try:
+        yield
+    except Exception:
+        for cache, length in zip(caches, lengths):
+            cache.length = length
+        raise
+
 
 PREDICTOR_KINDS = {"reprefill": ("reprefill",), "kv": ("kv",), "compare": ("reprefill", "kv")}
 
@@ -35,7 +49,6 @@ class Runner:
     def admit(self, seq: Sequence) -> None:
         """Prompts and codec stream; in chat mode the thinker's prefill and the reply's first token."""
         m, req = self.model, seq.req
-        seq.t0 = time.perf_counter()
         if m.prompts is not None:
             return self.admit_tts(seq)
         seq.prompt_ids = m.chat_prompt(req.text)
@@ -109,39 +122,49 @@ class Runner:
         seq.history = torch.cat([seq.history, chosen[0][:, None]], dim=1)
         return chosen
 
-    # ---- all rows at once -----------------------------------------------------------------------
+    # ---- all rows at once: each returns one result per row, so a failed call can be run again row by row
 
-    def think(self, seqs: list[Sequence]) -> torch.Tensor:
-        """One thinker token for each row: logits [B, V]."""
+    def think(self, seqs: list[Sequence]) -> list[torch.Tensor]:
+        """One thinker token for each row: logits [1, V] per row."""
         ids = torch.cat([s.last_token for s in seqs])  # [B]
-        return self.model.thinker.decode_rows(ids, [s.thinker_cache for s in seqs])
+        caches = [s.thinker_cache for s in seqs]
+        with lengths_kept_on_error(caches):
+            return list(self.model.thinker.decode_rows(ids, caches).split(1))
 
-    def talk(self, inputs: torch.Tensor, seqs: list[Sequence]) -> None:
-        """inputs [B, 1, C] → each row's hidden state for its next frame."""
-        hidden = self.model.talker.model.decode_rows(inputs, [s.talker_cache for s in seqs])
-        for b, seq in enumerate(seqs):
-            seq.hidden = hidden[b:b + 1, -1]
+    def talk(self, seqs: list[Sequence], inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """inputs [1, 1, C] per row → each row's hidden state [1, C] for its next frame."""
+        caches = [s.talker_cache for s in seqs]
+        with lengths_kept_on_error(caches):
+            hidden = self.model.talker.model.decode_rows(torch.cat(inputs), caches)  # [B, 1, C]
+        return list(hidden[:, -1].split(1))
 
-    def cb0_logits(self, seqs: list[Sequence]) -> torch.Tensor:
-        """The codec head for every row: [B, V]."""
-        return self.model.talker.codec_head(torch.cat([s.hidden for s in seqs]))
+    def cb0_logits(self, seqs: list[Sequence]) -> list[torch.Tensor]:
+        """The codec head for every row: [1, V] per row."""
+        return list(self.model.talker.codec_head(torch.cat([s.hidden for s in seqs])).split(1))
 
-    def predict(self, seqs: list[Sequence], cb0: dict) -> dict:
-        """CB1..CB15 for every row: one call per (predictor kind, graph or not) for its rows;
-        compare-mode rows are in both kinds. → {(seq, kind): (codes, probs, embeds, top codes, top probs)}."""
-        out: dict = {}
-        preds = self.model.predictors
+    def predictor_groups(self, seqs: list[Sequence]) -> list[tuple[str, bool, list[Sequence]]]:
+        """One predictor call per (kind, graph or not): its rows; compare-mode rows are in both kinds."""
+        preds, groups = self.model.predictors, []
         for kind in ("reprefill", "kv"):
             for graph in (False, True):
                 rows = [s for s in seqs if kind in PREDICTOR_KINDS[s.req.predictor]
                         and preds.uses_graph(kind, s.req.cuda_graph) == graph]
-                if not rows:
-                    continue
-                h = torch.cat([s.hidden for s in rows])  # [B, C]
-                e0 = self.model.talker.model.codec_embedding(torch.cat([cb0[s][0] for s in rows]))
-                gens = [s.gen_predictor[kind] if s.req.do_sample else None for s in rows]
-                made = preds.run(kind, h, e0, gens, use_graph=graph)
-                for b, seq in enumerate(rows):
-                    seq.stats.cuda_graph |= graph
-                    out[seq, kind] = tuple(x[b:b + 1] for x in made)
-        return out
+                if rows:
+                    groups.append((kind, graph, rows))
+        return groups
+
+    def predict(self, kind: str, graph: bool, seqs: list[Sequence], cb0: dict) -> list[tuple]:
+        """CB1..CB15 for every row in one call → per row (codes, probs, embeds, top codes, top probs), each [1, ...]."""
+        h = torch.cat([s.hidden for s in seqs])  # [B, C]
+        e0 = self.model.talker.model.codec_embedding(torch.cat([cb0[s][0] for s in seqs]))
+        gens = [s.gen_predictor[kind] if s.req.do_sample else None for s in seqs]
+        states = [g.get_state() for g in gens if g is not None]
+        try:
+            made = self.model.predictors.run(kind, h, e0, gens, use_graph=graph)
+        except Exception:  # the noise was drawn: put the generators back, so a row run again draws the same
+            for g, state in zip([g for g in gens if g is not None], states):
+                g.set_state(state)
+            raise
+        for seq in seqs:
+            seq.stats.cuda_graph |= graph
+        return [tuple(x[b:b + 1] for x in made) for b in range(len(seqs))]

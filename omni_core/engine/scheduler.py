@@ -1,43 +1,81 @@
 """`Scheduler`: who runs. Requests wait in arrival order and are admitted while fewer than
-`max_batch` run; a request is stopped at a step boundary when it is cancelled or out of
-time, and removed when it finishes or fails."""
+`max_batch` run. At each step boundary a request is stopped when it is cancelled, out of
+time (counted from its admission), or stalled; a running request whose reader has fallen
+more than `max_unread` frames behind is paused (it keeps its slot and its caches, but its
+row leaves the batch until the reader catches up)."""
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from omni_core.engine.sequence import Sequence
 
+MAX_UNREAD = 250  # frames (20 s of audio) made and not yet read before a request is paused
+STALL_S = 60.0  # seconds a paused request may wait for its reader before it is stopped
+
 
 class Scheduler:
-    def __init__(self, max_batch: int = 16, time_budget_s: float | None = None):
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"max_batch must be a whole number of at least 1, got {max_batch!r}")
-        self.max_batch, self.time_budget_s = max_batch, time_budget_s
+    def __init__(self, max_batch: int = 16, time_budget_s: float | None = None, max_waiting: int | None = None,
+                 max_unread: int = MAX_UNREAD, stall_s: float = STALL_S):
+        self.max_batch = whole("max_batch", max_batch, 1)
+        self.max_waiting = 4 * max_batch if max_waiting is None else whole("max_waiting", max_waiting, 0)
+        self.max_unread = whole("max_unread", max_unread, 1)
+        self.time_budget_s = time_budget_s
+        self.stall_s = positive_seconds("stall_s", stall_s)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+
+    @property
+    def time_budget_s(self) -> float | None:
+        return self._time_budget_s
+
+    @time_budget_s.setter
+    def time_budget_s(self, seconds: float | None) -> None:
+        self._time_budget_s = None if seconds is None else positive_seconds("time_budget_s", seconds)
 
     @property
     def active(self) -> int:
         """Requests taken in and not finished."""
         return len(self.running) + len(self.waiting)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing a step could advance: every running request is paused and none can be admitted."""
+        return all(s.paused for s in self.running) and not (self.waiting and len(self.running) < self.max_batch)
+
+    def rows(self) -> list[Sequence]:
+        """The running requests that take part in this step (the paused ones do not)."""
+        return [s for s in self.running if not s.paused]
+
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
-    def interrupted(self) -> list[tuple[Sequence, str]]:
-        """The requests to stop now, and why (cancelled, time budget)."""
-        stops = []
-        for seq in list(self.running) + list(self.waiting):
-            if (reason := seq.interrupted(self.time_budget_s)) is not None:
-                stops.append((seq, reason))
-        return stops
+    def stop_reason(self, seq: Sequence, now: float) -> str | None:
+        """Why `seq` stops now (cancelled, time_budget, stalled), or None; pauses or resumes it
+        by how far its reader is behind."""
+        if seq.cancel.is_set():
+            return "cancelled"
+        if seq.admitted_at is None:
+            return None  # waiting: the budget has not started
+        if self.time_budget_s is not None and now - seq.admitted_at > self.time_budget_s:
+            seq.stats.warnings.append(f"stopped after the {self.time_budget_s:g} s time budget")
+            return "time_budget"
+        if seq.unread <= self.max_unread:
+            seq.paused_since = None
+        elif seq.paused_since is None:
+            seq.paused_since = now
+        elif now - seq.paused_since > self.stall_s:
+            seq.stats.warnings.append(f"stopped: {seq.unread} frames were not read for {self.stall_s:g} s")
+            return "stalled"
+        return None
 
-    def admit(self) -> list[Sequence]:
+    def admit(self, now: float) -> list[Sequence]:
         """Move waiting requests to running, up to max_batch; the newly admitted."""
         admitted = []
         while self.waiting and len(self.running) < self.max_batch:
             seq = self.waiting.popleft()
+            seq.admitted_at = now
             self.running.append(seq)
             admitted.append(seq)
         return admitted
@@ -47,3 +85,15 @@ class Scheduler:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
+
+
+def whole(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be a whole number of at least {low}, got {value!r}")
+    return value
+
+
+def positive_seconds(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)

@@ -31,8 +31,11 @@ class Sequence:
         self.cancel = cancel if cancel is not None else threading.Event()
         self.events: queue.SimpleQueue = queue.SimpleQueue()
         self.finished = False
+        self.frames_read = 0  # Frame events the caller has taken (the caller's thread writes it)
+        self.paused_since: float | None = None  # when the reader fell too far behind; None: reading
         # time
-        self.t0 = time.perf_counter()  # reset when the engine takes the request in
+        self.submitted_at = time.perf_counter()  # set again when it is handed to the engine
+        self.admitted_at: float | None = None  # when it got a batch slot: the time budget counts from here
         self.spent = dict.fromkeys(STAGES, 0.0)  # seconds per stage: the calls this request took part in
         self.step_spent = dict.fromkeys(STAGES, 0.0)  # the same, in the current step (Frame.talker_ms, ...)
         self.stats = Stats(device=str(device), dtype=str(dtype).replace("torch.", ""),
@@ -87,21 +90,23 @@ class Sequence:
         # Scales with the text; known once the reply is (the talker lags the thinker by a step).
         return default_frames(len(self.reply.ids)) if self.reply.done else MAX_FRAMES
 
-    def interrupted(self, time_budget_s: float | None) -> str | None:
-        if self.cancel.is_set():
-            return "cancelled"
-        if time_budget_s and time.perf_counter() - self.t0 > time_budget_s:
-            self.stats.warnings.append(f"stopped after the {time_budget_s:g} s time budget")
-            return "time_budget"
-        return None
+    @property
+    def unread(self) -> int:
+        """Frames made that the caller has not read yet."""
+        return len(self.codes) - self.frames_read
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_since is not None
 
     def emit(self, event) -> None:
         self.events.put(event)
 
     def release(self) -> None:
-        """Let go of the caches and the codec stream; the request is over."""
+        """Let go of the caches and the codec stream, then mark the request over."""
         self.thinker_cache = self.talker_cache = self.decoder = self.hidden = None
         self.last_embeds = self.talker_prompt = None
+        self.builder = self.reply.builder = None  # it holds the thinker and the talker
         self.finished = True
 
 

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from omni_core.engine.output import Failed
+import queue
+
+from omni_core.engine.output import EngineError, Failed
 from omni_core.engine.sequence import Sequence
-from omni_core.events import Done, Result
+from omni_core.events import Done, Frame, Result
+
+POLL_S = 0.1  # how often a reader waiting for its next event checks that the engine is alive
 
 
 class Stream:
-    """An iterator over TextDelta / Frame / AudioChunk events, then Done. The request is
-    submitted on the first `next()` (or by `Pipeline.stream_together`); `close()` (or dropping
-    the stream) stops it at the engine's next step."""
+    """An iterator over TextDelta / Frame / AudioChunk events, then Done, for a request already
+    handed to the engine. `close()` (or dropping the stream) stops it at the engine's next step.
+    Reading never waits forever: if the engine goes down, `next()` raises EngineError."""
 
     def __init__(self, engine, seq: Sequence):
         self._engine, self._seq = engine, seq
-        self._submitted = self.ended = False
+        self.ended = False
         self.result: Result | None = None  # the Result, once Done has been read
 
     def __iter__(self) -> "Stream":
@@ -23,21 +27,31 @@ class Stream:
     def __next__(self):
         if self.ended:
             raise StopIteration
-        if not self._submitted:
-            self._engine.submit(self._seq)
-            self._submitted = True
-        event = self._seq.events.get()
+        event = self._next_event()
         if isinstance(event, Failed):
             self.ended = True
             raise event.error
+        if isinstance(event, Frame):
+            self._seq.frames_read += 1  # a reader too far behind is paused; reading resumes it
         if isinstance(event, Done):
             self.ended = True
             self.result = event.result
         return event
 
-    def mark_submitted(self) -> None:
-        """The engine has been handed this request by someone else (Pipeline.stream_together)."""
-        self._submitted = True
+    def _next_event(self):
+        events = self._seq.events
+        while True:
+            try:
+                return events.get(timeout=POLL_S)
+            except queue.Empty:
+                try:
+                    self._engine.check_alive()
+                except EngineError:
+                    try:
+                        return events.get_nowait()  # what the engine put there before it went down
+                    except queue.Empty:
+                        self.ended = True
+                        raise
 
     @property
     def frames_made(self) -> int:
@@ -50,8 +64,13 @@ class Stream:
         return self._seq.finished
 
     @property
+    def paused(self) -> bool:
+        """The engine has paused the request: its reader is more than `max_unread` frames behind."""
+        return self._seq.paused and not self._seq.finished
+
+    @property
     def stopped(self) -> str | None:
-        """Why the engine stopped the request (eos, max_frames, cancelled, time_budget), once it has."""
+        """Why the engine stopped the request (eos, max_frames, cancelled, time_budget, stalled), once it has."""
         return self._seq.stats.stopped if self._seq.finished else None
 
     def close(self) -> None:
@@ -66,5 +85,5 @@ class Stream:
         self.close()
 
     def __del__(self) -> None:
-        if self._submitted and not self._seq.finished:
+        if not self._seq.finished:
             self._seq.cancel.set()

@@ -17,3 +17,10 @@ def buckets_up_to(max_rows: int) -> tuple[int, ...]:
     """Every bucket a batch of 1..max_rows rows can use."""
     top = bucket(max_rows)
     return tuple(b for b in BUCKETS if b < max_rows) + ((top,) if top else ())
+
+
+def chunks(rows: int) -> list[slice]:
+    """Rows above the largest bucket run as chunks of the largest bucket (the last one padded to
+    its own bucket), so no batch size outside the table ever reaches a graph or the compiler."""
+    top = BUCKETS[-1]
+    return [slice(start, min(start + top, rows)) for start in range(0, rows, top)] or [slice(0, 0)]

@@ -36,7 +36,7 @@ import torch._dynamo
 import torch._inductor.config
 import torch.nn.functional as F
 
-from omni_core.fast.buckets import bucket, buckets_up_to
+from omni_core.fast.buckets import BUCKETS, bucket, buckets_up_to
 from omni_core.models.code_predictor import CodePredictor, predict_kv, predict_reprefill
 from omni_core.models.layers import DecoderStack
 from omni_core.models.sampling import TOP_K_ALTERNATIVES
@@ -47,6 +47,22 @@ OPTIONS = {"cpp_wrapper": True}  # the code launching the kernels is C++, not Py
 # Set per compiled region, not in dynamo's process-wide config (which other code may change): in the
 # batched engine the one-token step meets caches of several lengths and capacities in one step.
 RECOMPILE_LIMIT = 64
+
+
+def strict(compiled, what: str):
+    """`compiled`, except that hitting its recompile limit raises an error that says so: dynamo's
+    default is to fall back to eager without a word (speed, and bit-identity with solo runs, lost)."""
+
+    def call(*args, **kwargs):
+        with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+            try:
+                return compiled(*args, **kwargs)
+            except torch._dynamo.exc.FailOnRecompileLimitHit as exc:
+                raise RuntimeError(f"{what} hit torch.compile's recompile limit ({RECOMPILE_LIMIT} graphs): a shape "
+                                   f"or type it was not warmed up for keeps changing; load without compile=True, "
+                                   f"or report the shapes ({exc})") from exc
+
+    return call
 
 
 def fresh(fn):
@@ -61,8 +77,8 @@ class CompiledPredictors:
 
     def __init__(self, cp: CodePredictor):
         self.cp = cp
-        self.fns = {name: torch.compile(fresh(fn), fullgraph=True, dynamic=False, options=OPTIONS,
-                                        recompile_limit=RECOMPILE_LIMIT)
+        self.fns = {name: strict(torch.compile(fresh(fn), fullgraph=True, dynamic=False, options=OPTIONS,
+                                               recompile_limit=RECOMPILE_LIMIT), f"the compiled {name} predictor")
                     for name, fn in (("reprefill", predict_reprefill), ("kv", predict_kv))}
         self.compiled: set[tuple] = set()  # (name, bucket, dtype, device) seen
         self.lock = threading.Lock()
@@ -71,7 +87,9 @@ class CompiledPredictors:
         """The eager predictor `name` with the predictor's sampling, `noise` [G-1, B, V] and `greedy_rows` [B]
         (greedy-only batches too: one graph serves every mix), rows padded to a bucket."""
         B = h.shape[0]
-        size = bucket(B) or B
+        size = bucket(B)
+        if size is None:
+            raise ValueError(f"{B} rows: a compiled predictor frame takes at most {BUCKETS[-1]} at once")
         pad = size - B
         h, e0 = F.pad(h, (0, 0, 0, pad)), F.pad(e0, (0, 0, 0, pad))  # zero rows; new contiguous tensors
         noise = F.pad(noise, (0, 0, 0, pad), value=1.0)
@@ -108,5 +126,5 @@ def compile_step(stack: DecoderStack) -> None:
     def step(h, cos, sin, cache):
         return stack.run_layers(h, cos, sin, cache)
 
-    stack.token_step = torch.compile(fresh(step), fullgraph=True, dynamic=True, options=OPTIONS,
-                                        recompile_limit=RECOMPILE_LIMIT)
+    stack.token_step = strict(torch.compile(fresh(step), fullgraph=True, dynamic=True, options=OPTIONS,
+                                            recompile_limit=RECOMPILE_LIMIT), "the compiled one-token step")

@@ -6,8 +6,8 @@ batch size: it is captured once per bucket (fast/buckets.py) and replayed.
 Static buffers are sized for the largest bucket; a call copies its rows into
 `[:B]`, replays the graph of the smallest bucket that fits, and clones `[:B]` of
 the outputs (rows are independent, so the unused rows do not matter). Batches
-larger than the largest bucket run eagerly: eager is the reference, the graph an
-optimisation of it. Sampling reads Exp(1) noise from a static buffer, drawn by
+larger than the largest bucket come in bucket-size chunks (`Predictors.run`); every
+bucket up to the engine's max_batch is captured at warm-up, not while serving. Sampling reads Exp(1) noise from a static buffer, drawn by
 each row's seeded generator before each replay, so a seed gives the codes the
 eager predictor gives; greedy rows are marked in a static mask (`choose`). One lock guards the shared static buffers: each call
 overwrites every input it uses, so nothing passes from one request to another.
@@ -19,7 +19,7 @@ import threading
 
 import torch
 
-from omni_core.fast.buckets import BUCKETS
+from omni_core.fast.buckets import BUCKETS, buckets_up_to
 from omni_core.models.code_predictor import CodePredictor, predict_reprefill
 from omni_core.models.sampling import TOP_K_ALTERNATIVES
 
@@ -48,9 +48,8 @@ class GraphPredictor:
         (one graph per bucket serves greedy and sampled rows together)."""
         B = h.shape[0]
         size = self.bucket(B)
-        if size is None:  # larger than every bucket: eager
-            return predict_reprefill(self.cp, h, e0, self.cp.sampling, noise=noise, greedy_rows=greedy_rows,
-                                     alternatives=TOP_K_ALTERNATIVES)
+        if size is None:
+            raise ValueError(f"{B} rows: the CUDA-graph predictor takes at most {max(self.buckets)} at once")
         with self.lock:
             graph, out = self.graphs.get(size) or self._capture(size)
             self.h[:B].copy_(h)
@@ -59,6 +58,14 @@ class GraphPredictor:
             self.greedy_rows[:B].copy_(greedy_rows)
             graph.replay()
             return tuple(t[:B].clone() for t in out)
+
+    @torch.no_grad()
+    def warm_up(self, max_rows: int) -> None:
+        """Capture every bucket a batch of up to `max_rows` rows uses."""
+        with self.lock:
+            for size in buckets_up_to(max_rows):
+                if size not in self.graphs:
+                    self._capture(size)
 
     def _capture(self, size: int):
         """Warm up on a side stream, then capture into the shared memory pool."""

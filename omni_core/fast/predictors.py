@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from omni_core.fast.buckets import chunks
 from omni_core.models.code_predictor import GREEDY, CodePredictor, predict_kv, predict_reprefill
 from omni_core.models.sampling import TOP_K_ALTERNATIVES
 
@@ -42,8 +43,21 @@ class Predictors:
     def run(self, kind: str, h: torch.Tensor, e0: torch.Tensor, generators: list[torch.Generator | None],
             use_graph: bool = False):
         """h, e0 [B, C]; generators[b] is row b's (None: greedy) → codes [B, 15], probs [B, 15], embeds [B, 15, C],
-        top codes [B, 15, 5], top probs [B, 15, 5]."""
+        top codes [B, 15, 5], top probs [B, 15, 5]. More rows than the largest bucket run as bucket-size
+        chunks (rows are independent: each gets what it gets in any batch)."""
         self.calls += 1
+        parts = [self._run(kind, h[rows], e0[rows], generators[rows], use_graph) for rows in chunks(h.shape[0])]
+        return parts[0] if len(parts) == 1 else tuple(torch.cat(out) for out in zip(*parts))
+
+    def warm_up(self, max_rows: int) -> None:
+        """Compile (compile=True) and capture (CUDA) every bucket a batch of up to max_rows rows uses."""
+        if self.compiled is not None:
+            self.compiled.warm_up(max_rows)
+        if self.device.type == "cuda":
+            self.graph.warm_up(max_rows)
+
+    def _run(self, kind: str, h: torch.Tensor, e0: torch.Tensor, generators: list[torch.Generator | None],
+             use_graph: bool):
         sample = [g is not None for g in generators]
         if not any(sample) and self.compiled is None and not use_graph:
             return EAGER[kind](self.cp, h, e0, GREEDY, alternatives=TOP_K_ALTERNATIVES)

@@ -11,8 +11,9 @@ sequence `... <|im_start|>assistant\\n r0 r1 r2 ...`:
 Text steps (`trailing_text_hidden`): step k reads r(k+1)', then tts_eos once, then
 tts_pad forever. As in HF, the reply's last token (the EOS, or the token where
 `max_new_tokens` cut it) is never fed back to the thinker, so it is never spoken:
-a reply r0..r(G-1) gives text steps r1'..r(G-2)', tts_eos (and with G = 1 the
-prompt has no r0' slot at all). The thinker pushes its tokens as it writes them,
+a reply r0..r(G-1) gives text steps r1'..r(G-2)', tts_eos. A reply of one token
+(G = 1) has nothing to speak: HF's prompt would have no r0' slot and its two tracks
+would not line up; the engine ends such a request with no frames instead. The thinker pushes its tokens as it writes them,
 so the talker can start as soon as it has written two (overlap).
 """
 
@@ -64,14 +65,15 @@ class TalkerPromptBuilder:
 
     @torch.no_grad()
     def prompt(self, prompt_ids: list[int], first_reply_id: int | None, speaker_id: int) -> torch.Tensor:
-        """The talker's input embeddings [1, U + 9, C] ([1, U + 8, C] when the reply has one token)."""
+        """The talker's input embeddings [1, U + 9, C]; first_reply_id is r0, the reply's first spoken token."""
+        if first_reply_id is None:
+            raise ValueError("the talker's prompt needs the reply's first spoken token: this reply has none")
         tok, codec = self.cfg.token_ids, self.cfg.codec_ids
         ids = torch.tensor([prompt_ids], device=self.device)
         user = user_positions(prompt_ids, tok["im_start"], tok["user"])
         user_part = self.project(ids)[:, user]  # projected over the whole prompt, then gathered (as HF)
         a = assistant_start(prompt_ids, tok["im_start"], tok["assistant"])
-        first = [] if first_reply_id is None else [first_reply_id]
-        head = self.project(torch.tensor([prompt_ids[a:a + 3] + first], device=self.device))
+        head = self.project(torch.tensor([prompt_ids[a:a + 3] + [first_reply_id]], device=self.device))
         text = torch.cat([head[:, :3], self.tts_pad.expand(1, 4, -1), self.tts_bos, head[:, 3:4]], dim=1)
         codec_ids = torch.tensor([[codec["codec_nothink_id"], codec["codec_think_bos_id"],
                                    codec["codec_think_eos_id"], speaker_id, codec["codec_pad_id"],
