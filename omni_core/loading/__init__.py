@@ -2,6 +2,7 @@
 
 recipe.py          load_model: directory, hub id, tiny preset or random: source → LoadedModel
 checkpoint.py      config.json, tokenizer, safetensors shards → modules
+qwen3_tts.py       the Qwen3-TTS family: its modules, speech_tokenizer/, the pre-tokenizer rule
 hub.py             hub ids → the local hub cache (snapshot_download)
 memory.py          what the weights need and what the device has, checked before loading
 random_weights.py  'random:…' sources: real sizes, seeded random weights, no files
