@@ -89,4 +89,4 @@ def test_bfloat16_codes_equal_the_package_in_bfloat16():
         got = pipe.generate(SpeechRequest(**kw))
         np.testing.assert_array_equal(got.codes, want[f"codes_{i}"], err_msg=f"request {i}")
         diff, level = np.abs(got.audio - want[f"audio_{i}"]).mean(), np.abs(want[f"audio_{i}"]).mean()
-        assert diff < 0.1 * level, (i, diff, level)  # measured ~0.05 of the level; other audio: ~1.4
+        assert diff < 0.1 * level, (i, diff, level)  # measured: ~0.05 of the level
