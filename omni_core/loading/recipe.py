@@ -19,6 +19,7 @@ from omni_core.loading import memory, random_weights
 from omni_core.loading.checkpoint import load_tokenizer, load_weights, materialize, read_config
 from omni_core.loading.hub import resolve_source
 from omni_core.models.config import CheckpointError, OmniConfig
+from omni_core.models.invariant import plan_linears
 from omni_core.models.qwen3_omni.talker import Talker
 from omni_core.models.qwen3_omni.thinker import Thinker
 from omni_core.synthetic import presets, tiny
@@ -41,7 +42,7 @@ class LoadedModel:
 
 def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto",
                revision: str | None = None, force: bool = False) -> LoadedModel:
-    """The recipe: read the source → build on meta → check memory → materialize → fill."""
+    """The recipe: read the source → build on meta → check memory → materialize → fill → plan the matmuls."""
     start = time.perf_counter()
     drawn = random_weights.is_random(source)
     if drawn:
@@ -61,6 +62,7 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
         random_weights.fill_random(modules, options["seed"])
     else:
         load_weights(modules, path)
+    plan_linears(modules.values())  # batch-invariant matmuls: the cheapest kernel plan per shape
     report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)
     return LoadedModel(cfg, modules, tokenizer, dev, dt, str(source), drawn or str(source) in tiny.PRESETS, report)
 
