@@ -3,7 +3,7 @@
 Parameter names follow the checkpoint, with two fusions serving engines use:
 `qkv_proj` holds q_proj, k_proj, v_proj stacked by rows and `gate_up_proj` holds
 gate_proj, up_proj (one matmul instead of three or two: decoding small models is
-bound by per-op overhead). the loader (loading/checkpoint.py) maps the names. Numerics
+bound by per-op overhead). The loader (loading/checkpoint.py) maps the names. Numerics
 follow the HF reference: norms in float32, RoPE tables in float32 then cast,
 router softmax in float32.
 """
@@ -15,38 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from omni_core.models.config import DecoderConfig
-
-
-MIN_ROWS, MAX_ROWS = 16, 32  # see `linear`
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear whose every row is computed the same way however many rows share the call.
-
-    The engine batches the rows of many requests into one matmul, and a request must get
-    the same floats alone as beside others. CPU GEMMs pick their kernel by the number of
-    rows: measured with torch 2.13 on this project's CPUs, a float32 row comes out with
-    other last bits at 1, at 2-15, at 16-128 and above 128 rows (2 threads), a bfloat16
-    row at 1-15, 16-32 and above 32. Between 16 and 32 rows every row's bits are the same
-    at any position and any count (tests/test_layers.py). So a call runs as blocks of
-    16 to 32 rows: fewer rows are padded to 16, more are split into blocks of 32."""
-    rows, K = x.numel() // x.shape[-1], x.shape[-1]
-    if MIN_ROWS <= rows <= MAX_ROWS:
-        return F.linear(x, weight, bias)
-    blocks = []
-    for block in x.reshape(rows, K).split(MAX_ROWS):
-        n = block.shape[0]
-        padded = F.pad(block, (0, 0, 0, MIN_ROWS - n)) if n < MIN_ROWS else block  # zero rows after
-        blocks.append(F.linear(padded, weight, bias)[:n])
-    out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
-    return out.view(*x.shape[:-1], weight.shape[0])
-
-
-class Linear(nn.Linear):
-    """nn.Linear through `linear` (batch-invariant rows)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias)
+from omni_core.models.invariant import SAFE, Linear, linear
 
 
 class RMSNorm(nn.Module):
@@ -245,10 +214,14 @@ class Router(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(cfg.num_experts, cfg.hidden_size))
         self.top_k, self.norm_topk_prob = cfg.num_experts_per_tok, cfg.norm_topk_prob
+        self.plans = [SAFE]  # chosen at load (invariant.plan_linears)
+
+    def plan_weights(self) -> list[torch.Tensor]:
+        return [self.weight]
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x: [N, C] → weights [N, k], expert ids [N, k]."""
-        logits = linear(x, self.weight)
+        logits = linear(x, self.weight, plan=self.plans[0])
         probs = torch.softmax(logits, dim=-1, dtype=torch.float)
         weights, ids = torch.topk(probs, self.top_k, dim=-1)
         if self.norm_topk_prob:
@@ -265,6 +238,11 @@ class Experts(nn.Module):
         E, I, C = cfg.num_experts, cfg.moe_intermediate_size, cfg.hidden_size
         self.gate_up_proj = nn.Parameter(torch.empty(E, 2 * I, C))
         self.down_proj = nn.Parameter(torch.empty(E, C, I))
+        self.plans = [SAFE, SAFE]  # gate_up, down: chosen at load (invariant.plan_linears)
+
+    def plan_weights(self) -> list[torch.Tensor]:
+        """One expert's weights: every expert has the same shapes."""
+        return [self.gate_up_proj[0], self.down_proj[0]]
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """x: [N, C]; weights, ids: [N, k]. Experts in ascending order, as HF sums them."""
@@ -273,8 +251,8 @@ class Experts(nn.Module):
         out = torch.zeros_like(x)
         for e in torch.unique(ids).tolist():
             token, slot = torch.where(ids == e)
-            gate, up = linear(x[token], self.gate_up_proj[e]).chunk(2, dim=-1)
-            y = linear(F.silu(gate) * up, self.down_proj[e]) * weights[token, slot, None]
+            gate, up = linear(x[token], self.gate_up_proj[e], plan=self.plans[0]).chunk(2, dim=-1)
+            y = linear(F.silu(gate) * up, self.down_proj[e], plan=self.plans[1]) * weights[token, slot, None]
             out.index_add_(0, token, y.to(out.dtype))
         return out
 
@@ -282,8 +260,8 @@ class Experts(nn.Module):
         """Decoding: one token, k experts, summed in ascending expert order (the same floats)."""
         out = None
         for gate_up, down, weight in self._ascending(weights, ids):
-            gate, up = linear(x, gate_up).chunk(2, dim=-1)
-            y = linear(F.silu(gate) * up, down) * weight
+            gate, up = linear(x, gate_up, plan=self.plans[0]).chunk(2, dim=-1)
+            y = linear(F.silu(gate) * up, down, plan=self.plans[1]) * weight
             out = y if out is None else out + y
         return out.to(x.dtype)
 

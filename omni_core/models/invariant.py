@@ -1,0 +1,125 @@
+"""Batch-invariant matmuls: a row gets the same bits alone as in any batch, at a lone row's speed.
+
+The engine batches the rows of many requests into one matmul, and a request must get the
+same floats alone as beside others. CPU GEMMs pick their kernel by the number of rows M,
+and rows come out with other last bits across kernels. Measured with torch 2.13 on this
+project's CPUs (BENCHMARKS.md, "Batch invariance"), every M in 1..32 at every position:
+
+  float32 (MKL sgemm)    1 | 2-15 | 16-128: three classes, the same at 1 and 2 threads
+  bfloat16 (oneDNN)      1-32 one class, except K = 6144, where 1 row differs from ≥ 2
+
+A `Plan(pad_min, chunk)` cuts a call so that every block has between pad_min and chunk rows
+(fewer rows are padded with zero rows, more are split), so every row runs in one class.
+The classes differ by shape (tiny widths have others), so they are mapped per weight shape
+once at load (`plan_linears`) by probing the real kernel with random rows, and the run of
+row counts with the smallest first count is taken, then checked at every position:
+
+  float32   pad 2 / chunk 15   a lone row pays a 2-row GEMM (~1.05x a 1-row call)
+  bfloat16  pad 1 / chunk 32   no padding at all; pad 2 / chunk 32 at K = 6144
+  otherwise pad 16 / chunk 32  the safe rule (every row in the 16-32 class), if it holds,
+            or ROWWISE: no GEMM, each row's products summed alone (a 1-output gate)
+
+so a lone request runs at a lone row's speed and its rows still equal any batched run.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Plan(NamedTuple):
+    pad_min: int  # a block of fewer rows is padded with zero rows up to this
+    chunk: int  # a call of more rows is split into blocks of at most this
+
+
+SAFE = Plan(16, 32)  # the rule before plans: every row in float32's and bfloat16's 16-32 row kernel
+ROWWISE = Plan(0, 0)  # no GEMM: each row's products summed on their own (for shapes where no GEMM
+# run holds, e.g. a 1-output gate, whose matrix-vector kernel depends on the row count)
+PROBE_ROWS = 32  # row counts 1..PROBE_ROWS are mapped and checked
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           plan: Plan = SAFE) -> torch.Tensor:
+    """F.linear with every row computed by the same kernel however many rows share the call."""
+    if plan == ROWWISE:
+        out = (x.unsqueeze(-2) * weight).sum(-1)  # [..., N]: a reduction per row, whatever the rows
+        return out if bias is None else out + bias
+    rows, K = x.numel() // x.shape[-1], x.shape[-1]
+    if plan.pad_min <= rows <= plan.chunk or rows == 0:
+        return F.linear(x, weight, bias)
+    blocks = []
+    for block in x.reshape(rows, K).split(plan.chunk):
+        n = block.shape[0]
+        padded = F.pad(block, (0, 0, 0, plan.pad_min - n)) if n < plan.pad_min else block  # zero rows after
+        blocks.append(F.linear(padded, weight, bias)[:n])
+    out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
+def holds(plan: Plan, weight: torch.Tensor, bias: torch.Tensor | None = None, seed: int = 0) -> bool:
+    """Whether every row of every call of 1..PROBE_ROWS rows, at offsets 0 and 3 of random data, equals
+    that row's own 1-row call under `plan`, bit for bit."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    X = torch.randn(PROBE_ROWS + 3, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
+    with torch.no_grad():
+        solo = torch.cat([linear(X[r:r + 1], weight, bias, plan) for r in range(X.shape[0])])
+        for M in range(2, PROBE_ROWS + 1):
+            for offset in (0, 3):
+                if not torch.equal(linear(X[offset:offset + M], weight, bias, plan), solo[offset:offset + M]):
+                    return False
+    return True
+
+
+def runs(weight: torch.Tensor, bias: torch.Tensor | None = None, seed: int = 0) -> list[tuple[int, int]]:
+    """Row counts 1..PROBE_ROWS grouped into runs that share a kernel: M joins the run that starts at
+    s when the first s rows of an M-row call equal an s-row call's, bit for bit. [(first, last), ...]"""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    X = torch.randn(PROBE_ROWS, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
+    with torch.no_grad():
+        outs = [F.linear(X[:M], weight, bias) for M in range(1, PROBE_ROWS + 1)]
+    found = [[1, 1]]
+    for M in range(2, PROBE_ROWS + 1):
+        start = found[-1][0]
+        if torch.equal(outs[M - 1][:start], outs[start - 1]):
+            found[-1][1] = M
+        else:
+            found.append([M, M])
+    return [tuple(r) for r in found]
+
+
+def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict) -> Plan:
+    """The cheapest plan that holds for this weight's shape and dtype (cached in `chosen`): the run of
+    row counts with the smallest first count (a lone row pays for that many rows) that is more than one
+    count long and passes `holds`; else SAFE if it holds; else ROWWISE."""
+    key = (tuple(weight.shape), weight.dtype, weight.device.type, bias is not None)
+    if key not in chosen:
+        candidates = [Plan(first, last) for first, last in runs(weight, bias) if last > first] + [SAFE]
+        chosen[key] = next((p for p in candidates if holds(p, weight, bias)), ROWWISE)
+    return chosen[key]
+
+
+class Linear(nn.Linear):
+    """nn.Linear through `linear`, with the plan chosen for its shape at load (SAFE until then)."""
+
+    plan: Plan = SAFE
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias, self.plan)
+
+
+def plan_linears(modules, chosen: dict | None = None) -> dict:
+    """Choose the plan of every batch-invariant matmul in `modules` (after their weights are loaded):
+    each Linear, and each module with `plan_weights()` (the MoE router and experts), probing each
+    distinct shape once. Returns the table {(shape, dtype, device, bias?): Plan}."""
+    chosen = {} if chosen is None else chosen
+    for root in modules:
+        for module in root.modules():
+            if isinstance(module, Linear):
+                module.plan = choose(module.weight, module.bias, chosen)
+            elif hasattr(module, "plan_weights"):
+                module.plans = [choose(w, None, chosen) for w in module.plan_weights()]
+    return chosen

@@ -1,0 +1,84 @@
+"""Batch-invariant matmul rows (omni_core/models/invariant.py): with the plan chosen for its shape, a
+row gets the same bits alone as in any batch at any position; the probe rejects plans that break it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from omni_core.models.invariant import ROWWISE, SAFE, Linear, Plan, choose, holds, linear, plan_linears
+
+from .conftest import our_pipeline
+
+# (K, N): tiny projections, a codec head, the real code predictor's FFN, a real talker's down projection
+# (K = 6144: bfloat16's one-row kernel differs there), the real 1.7B talker's FFN.
+SHAPES = [(64, 192), (32, 2048), (1024, 3072), (3072, 1024), (6144, 2048), (2048, 12288)]
+
+
+def weights(K: int, N: int, dtype: torch.dtype, bias: bool = False):
+    g = torch.Generator().manual_seed(K + N)
+    w = (torch.randn(N, K, generator=g) / K ** 0.5).to(dtype)
+    return w, (torch.randn(N, generator=g).to(dtype) if bias else None), g
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_row_is_the_same_alone_and_in_any_batch_at_any_position(shape, dtype):
+    K, N = shape
+    weight, bias, g = weights(K, N, dtype, bias=K == 64)
+    plan = choose(weight, bias, {})
+    x = torch.randn(70, K, generator=g).to(dtype)
+    alone = torch.cat([linear(x[i:i + 1], weight, bias, plan) for i in range(len(x))])  # each row alone
+    for rows in (2, 3, 4, 5, 8, 14, 15, 16, 17, 31, 32, 33, 47, 70):
+        together = linear(x[:rows], weight, bias, plan)
+        assert torch.equal(together, alone[:rows]), f"{plan}: {rows} rows differ from the same rows alone"
+    for position in (1, 7, 20):  # the same vector among others, somewhere else in the batch
+        moved = x.clone()
+        moved[position] = x[0]
+        assert torch.equal(linear(moved, weight, bias, plan)[position], alone[0])
+
+
+@pytest.mark.parametrize("dtype, shape, broken", [
+    (torch.float32, (1024, 3072), Plan(1, 32)),  # no padding: a lone row takes the 1-row kernel
+    (torch.float32, (1024, 3072), Plan(2, 32)),  # 16-32 rows take another kernel than 2-15
+    (torch.bfloat16, (6144, 2048), Plan(1, 32)),  # at K = 6144 a lone bfloat16 row does too
+])
+def test_a_plan_that_breaks_invariance_is_rejected(dtype, shape, broken):
+    """So removing the padding without a replacement cannot pass unnoticed; the safe rule holds."""
+    weight, _, _ = weights(*shape, dtype)
+    assert not holds(broken, weight)
+    assert holds(SAFE, weight)
+
+
+def test_the_cheapest_plan_that_holds_is_chosen_per_shape_and_cached():
+    chosen = {}
+    w32, _, _ = weights(1024, 3072, torch.float32)
+    plan = choose(w32, None, chosen)
+    assert plan.pad_min < SAFE.pad_min  # a lone row no longer pays a 16-row GEMM
+    assert holds(plan, w32)
+    assert choose(w32.clone(), None, chosen) is plan and len(chosen) == 1  # one probe per shape
+
+
+def test_padding_keeps_shapes_and_the_values_of_f_linear():
+    weight, bias = torch.randn(10, 64), torch.randn(10)
+    plan = Plan(2, 15)
+    for x in (torch.randn(1, 64), torch.randn(2, 3, 64), torch.randn(5, 17, 64)):  # padded; one block; split
+        torch.testing.assert_close(linear(x, weight, bias, plan), F.linear(x, weight, bias))
+        torch.testing.assert_close(linear(x, weight, bias, ROWWISE), F.linear(x, weight, bias))
+    assert linear(torch.randn(0, 64), weight, plan=plan).shape == (0, 10)
+
+
+def test_a_loaded_pipeline_has_a_plan_that_holds_for_every_matmul():
+    pipe = our_pipeline("tiny")
+    modules = (pipe.thinker, pipe.talker)
+    linears = {tuple(m.weight.shape): m for root in modules for m in root.modules() if isinstance(m, Linear)}
+    for m in linears.values():  # one per shape: the plan chosen at load holds
+        assert holds(m.plan, m.weight, m.bias), (tuple(m.weight.shape), m.plan)
+    assert all(m.plan != SAFE for m in linears.values())  # cheaper than the old rule everywhere; the tiny
+    # shared-expert gate (N = 1), where no GEMM run holds (nor the old rule), sums its products row by row
+    assert linears[(1, 64)].plan == ROWWISE
+    experts = [m for root in modules for m in root.modules() if hasattr(m, "plan_weights")]
+    assert experts and all(len(m.plans) == len(m.plan_weights()) for m in experts)
+    for m in experts:
+        assert all(holds(plan, w) for plan, w in zip(m.plans, m.plan_weights()))
