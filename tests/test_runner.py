@@ -50,7 +50,7 @@ def test_chat_admission_prefills_and_the_reply_stops_at_max_text_tokens(runner):
     assert seq.max_text_tokens == 3 and len(seq.reply.ids) == 1 and not seq.reply.done
     assert seq.thinker_cache is not None and seq.last_token.shape == (1,)
     while not seq.reply.done:
-        runner.take_token(seq, runner.think([seq]))
+        runner.take_token(seq, runner.think([seq])[0])
     assert len(seq.reply.ids) == 3 and seq.thinker_cache is None
     spoken = [t for e in events(seq) for t in e.token_ids]
     assert spoken == seq.reply.spoken  # each token sent once, never the last
@@ -62,7 +62,7 @@ def test_the_talker_starts_then_cb0_comes_with_its_alternatives(runner):
     runner.admit(seq)
     runner.start_talker(seq)
     assert seq.talking and seq.hidden.shape == (1, m.config.talker.hidden_size)
-    cb0, p0, top, top_probs = runner.next_cb0(seq, runner.cb0_logits([seq]))
+    cb0, p0, top, top_probs = runner.next_cb0(seq, runner.cb0_logits([seq])[0])
     assert cb0.shape == p0.shape == (1,) and top.shape == top_probs.shape == (1, 5)
     assert int(top[0, 0]) == int(cb0) and 0 < float(p0) <= 1  # greedy: the most probable
     assert not m.suppress_mask[top[0]].any()  # never a suppressed special id
@@ -76,10 +76,12 @@ def test_predict_makes_one_call_per_kind_and_compare_rows_are_in_both(runner):
     for s in seqs:
         s.hidden = torch.randn(1, m.config.talker.hidden_size, generator=g)
     cb0 = {s: (torch.tensor([7 + i]),) for i, s in enumerate(seqs)}
-    calls_before = m.predictors.calls
-    out = runner.predict(seqs, cb0)
+    groups = runner.predictor_groups(seqs)
+    assert [(kind, rows) for kind, _, rows in groups] == [("reprefill", [seqs[0], seqs[2]]), ("kv", [seqs[1], seqs[2]])]
+    calls_before, out = m.predictors.calls, {}
+    for kind, graph, rows in groups:
+        out.update({(s, kind): made for s, made in zip(rows, runner.predict(kind, graph, rows, cb0))})
     assert m.predictors.calls - calls_before == 2
-    assert set(out) == {(seqs[0], "reprefill"), (seqs[1], "kv"), (seqs[2], "reprefill"), (seqs[2], "kv")}
     codes, probs, embeds, top, top_probs = out[seqs[2], "kv"]
     assert codes.shape == (1, 15) and embeds.shape == (1, 15, m.config.talker.hidden_size) and top.shape == (1, 15, 5)
     torch.testing.assert_close(out[seqs[2], "kv"][0], out[seqs[2], "reprefill"][0])  # float32 greedy: they agree
