@@ -18,6 +18,8 @@ shared and noisy, so only same-run ratios mean anything.
   (f) many listeners: 1/4/8/16 simultaneous 60-frame requests, the batched engine (eager and
       compiled) vs the same engine serving one at a time: aggregate frames/s, first audio, RTF
   (g) the real-size predictor as the engine calls it: 8 requests' rows in one call vs 1
+  (h) a lone request: the chosen invariant plans vs the old padding vs plain F.linear vs HF
+      (benchmarks/lone_request.py)
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ def real_predictor(dtype: torch.dtype, device: str):
     from omni_core.loading.checkpoint import copy_state_dict
     from omni_core.models.code_predictor import CodePredictor
     from omni_core.models.config import DecoderConfig
+    from omni_core.models.invariant import plan_linears
 
     hf_cfg = Qwen3OmniMoeTalkerCodePredictorConfig(
         vocab_size=2048, hidden_size=1024, intermediate_size=3072, num_hidden_layers=5, num_attention_heads=16,
@@ -124,7 +127,9 @@ def real_predictor(dtype: torch.dtype, device: str):
     hf = HFPredictor(hf_cfg).eval().to(device=device, dtype=dtype)
     ours = CodePredictor(DecoderConfig.from_hf(hf_cfg.to_dict()), 16).eval()
     copy_state_dict(ours, hf.state_dict())
-    return hf, ours.to(device=device, dtype=dtype)
+    ours = ours.to(device=device, dtype=dtype)
+    plan_linears([ours])  # as loading does: the batch-invariant kernel plan per shape
+    return hf, ours
 
 
 def frame_weight_bytes(cp) -> int:
@@ -297,7 +302,7 @@ def summarize(runs: list[dict]) -> dict:
 def bench_predictor_rows(repeats: int, batches=(1, 8)) -> dict:
     """The real-size predictor (float32) as the engine calls it: rows from B requests, one call
     (`Predictors.run`, each row with its own generator when sampling); ms per frame vs batch 1."""
-    from omni_core.engine import Predictors
+    from omni_core.fast.predictors import Predictors
 
     _, cp = real_predictor(torch.float32, "cpu")
     eager, compiled = Predictors(cp, torch.device("cpu")), Predictors(cp, torch.device("cpu"), compiled=True)
@@ -340,6 +345,12 @@ def bench_cuda_graph(repeats: int) -> dict:
 
 # ---- report ---------------------------------------------------------------------------------
 
+def bench_lone_request(quick: bool, json_path: str) -> dict:
+    from benchmarks import lone_request  # it imports this module's helpers
+
+    return lone_request.main(quick, json_path)
+
+
 def machine() -> dict:
     info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "torch": torch.__version__, "threads": torch.get_num_threads()}
@@ -359,6 +370,7 @@ def main(quick: bool = False, json_path: str = "bench_results/bench.json", gpu_o
         ("d_stream_latency", lambda: bench_stream_latency(reps)),
         ("f_concurrency", lambda: bench_concurrency(3 if quick else 5)),
         ("g_predictor_rows_real_size", lambda: bench_predictor_rows(reps)),
+        ("h_lone_request", lambda: bench_lone_request(quick, json_path.replace(".json", "_h.json"))),
     ]
     if torch.cuda.is_available():
         sections.append(("e_cuda_graph", lambda: bench_cuda_graph(20 if quick else 50)))
