@@ -4,8 +4,10 @@
 base) into the synthetic cache, `oracle(...)` runs a subcommand of
 tests/reference/qwen_tts_oracle.py and caches its .npz output beside them, keyed by the
 oracle script, the checkpoint and the inputs, so a second test run does not start the
-package again. `our_tts(kind)` loads our pipeline on the same checkpoint. Tests that need the
-oracle skip, saying why, when .venv-ref is missing (scripts/setup_ref.sh makes it).
+package again. `oracle` also takes a checkpoint folder of ours (a tiny preset), which the
+package reads through `package_view`. `our_tts(kind)` loads our pipeline on the same
+checkpoint. Tests that need the oracle skip, saying why, when .venv-ref is missing
+(scripts/setup_ref.sh makes it).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -51,13 +54,15 @@ def checkpoint(kind: str) -> Path:
     return root / kind
 
 
-def oracle(command: str, kind: str, payload, dtype: str = "float32") -> dict[str, np.ndarray]:
-    """Run `command` (run | encode | decode | xvector) on checkpoint `kind` with `payload` (the request
-    list for run, a dict of arrays otherwise); the outputs as arrays. Cached on disk by content."""
-    folder = checkpoint(kind)
+def oracle(command: str, kind: str | Path, payload, dtype: str = "float32") -> dict[str, np.ndarray]:
+    """Run `command` (run | encode | decode | xvector) on checkpoint `kind` (one of KINDS, or a folder
+    of ours) with `payload` (the request list for run, a dict of arrays otherwise); the outputs as
+    arrays. Cached on disk by content."""
+    folder = package_view(kind) if isinstance(kind, Path) else checkpoint(kind)
+    tag = folder.name  # the kind, or our folder's name and content hash
     blob = json.dumps(payload, sort_keys=True, default=_jsonable).encode()
-    key = hashlib.sha256(blob + command.encode() + kind.encode() + dtype.encode()).hexdigest()[:20]
-    out = folder.parent / "runs" / f"{command}-{key}.npz"
+    key = hashlib.sha256(blob + command.encode() + tag.encode() + dtype.encode()).hexdigest()[:20]
+    out = oracle_root() / "runs" / f"{command}-{key}.npz"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".in.json" if command == "run" else ".in.npz")
@@ -72,6 +77,33 @@ def oracle(command: str, kind: str, payload, dtype: str = "float32") -> dict[str
         tmp.unlink()
     with np.load(out) as data:
         return {k: data[k] for k in data.files}
+
+
+def package_view(folder: Path) -> Path:
+    """Our checkpoint `folder` as the package can read it: links to its files, and its
+    tokenizer_config.json in transformers 4's words (transformers 5 writes `extra_special_tokens`
+    as a list and the class `TokenizersBackend`, which the package's 4.57 refuses). tokenizer.json,
+    which holds every id, is the same file. Named by the folder's content, made once."""
+    require_oracle()
+    digest = hashlib.sha256()
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "speech_tokenizer/model.safetensors"):
+        digest.update((folder / name).read_bytes())
+    view = oracle_root() / "ours" / f"{folder.name}-{digest.hexdigest()[:12]}"
+    if view.exists():
+        return view
+    partial = view.with_name(view.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["additional_special_tokens"] = config.pop("extra_special_tokens", [])
+    config.pop("backend", None)
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    (partial / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    for item in folder.iterdir():
+        if item.name != "tokenizer_config.json":
+            (partial / item.name).symlink_to(item.resolve())
+    partial.rename(view)
+    return view
 
 
 def _jsonable(x):

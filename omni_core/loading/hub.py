@@ -1,4 +1,5 @@
-"""Model sources: 'tiny' / 'tiny-b' / 'tiny-tts', a local checkpoint directory, or a hub id ('org/name').
+"""Model sources: 'tiny' / 'tiny-b' / 'tiny-tts' / 'tiny-tts-base', a local checkpoint directory, or a
+hub id ('org/name').
 
 A hub id is fetched with `huggingface_hub.snapshot_download` into the standard cache
 (`HF_HOME` / `HF_HUB_CACHE` respected), only the files the speech path reads: the
@@ -52,8 +53,8 @@ def resolve_source(source: str | Path, revision: str | None = None) -> Path:
     name = str(source)
     if name in tiny.PRESETS:
         return tiny.ensure_tiny(name)
-    if name == synthetic_tts.TINY:
-        return synthetic_tts.ensure_tiny_tts()
+    if name in synthetic_tts.TINY_PRESETS:
+        return synthetic_tts.ensure_tiny_tts(name)
     if not is_hub_id(name):
         path = Path(name).expanduser()
         if not path.exists():

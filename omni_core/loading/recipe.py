@@ -80,7 +80,7 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
         load_weights(modules, path)
     plan_linears(modules.values())  # batch-invariant matmuls: the cheapest kernel plan per shape
     report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)
-    synthetic = drawn or str(source) in tiny.PRESETS or str(source) == synthetic_tts.TINY
+    synthetic = drawn or str(source) in tiny.PRESETS or str(source) in synthetic_tts.TINY_PRESETS
     return LoadedModel(cfg, modules, tokenizer, dev, dt, str(source), synthetic, report)
 
 

@@ -1,4 +1,5 @@
-"""Qwen3-TTS checkpoints made locally: `tiny-tts` on disk, and the real sizes for 'random:' sources.
+"""Qwen3-TTS checkpoints made locally: `tiny-tts` and `tiny-tts-base` on disk, and the real sizes
+for 'random:' sources.
 
 - `tiny-tts`: a CustomVoice model (three speakers, one of them a dialect speaker; five
   languages; a 0.6B-style model, so no instruction) with its codec and the codec's encoder,
@@ -6,6 +7,10 @@
   tokenizer, speech_tokenizer/) with seeded random weights, once, into the synthetic cache. It
   is built with omni_core's own modules (the official classes live in their own environment:
   tests/reference/qwen_tts_oracle.py) and loaded through the same code as a real checkpoint.
+- `tiny-tts-base`: the same talker, codec and weights as a Base model (voice cloning: no named
+  speakers, no instruction) with its ECAPA speaker encoder (`speaker_encoder.*` in
+  model.safetensors, `speaker_encoder_config` in config.json, its x-vector as wide as the
+  talker), drawn from a seed of its own; cached and loaded like `tiny-tts`.
 - `random:qwen3-tts-0.6b`, `random:qwen3-tts-1.7b`: the real widths (the package's config
   classes and the issue's reading of the released configs: 28 dense layers, 16/8 heads, head
   dim 128; 0.6B hidden 1024 / FFN 3072, 1.7B hidden 2048 / FFN 6144 with a 1024-wide predictor;
@@ -28,6 +33,8 @@ import torch
 from omni_core.synthetic import presets, tiny
 
 TINY = "tiny-tts"
+TINY_BASE = "tiny-tts-base"
+TINY_PRESETS = (TINY, TINY_BASE)  # on disk, with the tiny codec and its encoder
 RANDOM = ("qwen3-tts-0.6b", "qwen3-tts-1.7b")
 SEED = 20260116
 TEXT_VOCAB = 151936
@@ -69,12 +76,23 @@ def _predictor(hidden, ffn, layers, heads, kv, head_dim) -> dict:
                 num_key_value_heads=kv, head_dim=head_dim)
 
 
+def _tiny_talker(speakers: dict) -> dict:
+    return _talker(64, 128, 2, 4, 2, 16, 32, _predictor(64, 96, 2, 4, 2, 16), speakers)
+
+
 REAL_PREDICTOR = _predictor(1024, 3072, 5, 16, 8, 128)
+# The package's Qwen3TTSSpeakerEncoderConfig fields; mel_dim is fixed by the log-mel (128 bins),
+# enc_dim is the talker's width (the x-vector fills the speaker slot).
+TINY_SPEAKER_ENCODER = dict(mel_dim=128, enc_dim=64, enc_channels=[32, 32, 32, 32, 96],
+                            enc_kernel_sizes=[5, 3, 3, 3, 1], enc_dilations=[1, 2, 3, 4, 1],
+                            enc_attention_channels=16, enc_res2net_scale=4, enc_se_channels=16, sample_rate=24000)
 CONFIGS = {
     TINY: dict(model_type="qwen3_tts", tts_model_type="custom_voice", tts_model_size="0b6",
                tokenizer_type="qwen3_tts_tokenizer_12hz",
-               talker_config=_talker(64, 128, 2, 4, 2, 16, 32, _predictor(64, 96, 2, 4, 2, 16),
-                                     {s: _SPEAKERS[s] for s in ("vivian", "ryan", "dylan")})),
+               talker_config=_tiny_talker({s: _SPEAKERS[s] for s in ("vivian", "ryan", "dylan")})),
+    TINY_BASE: dict(model_type="qwen3_tts", tts_model_type="base", tts_model_size="0b6",
+                    tokenizer_type="qwen3_tts_tokenizer_12hz", talker_config=_tiny_talker({}),
+                    speaker_encoder_config=TINY_SPEAKER_ENCODER),
     "qwen3-tts-0.6b": dict(model_type="qwen3_tts", tts_model_type="custom_voice", tts_model_size="0b6",
                            tokenizer_type="qwen3_tts_tokenizer_12hz",
                            talker_config=_talker(1024, 3072, 28, 16, 8, 128, 2048, REAL_PREDICTOR, _SPEAKERS)),
@@ -84,7 +102,8 @@ CONFIGS = {
 }
 for _c in CONFIGS.values():
     _c.update({f"{k}_token_id": v for k, v in _TOKENS.items()}, dtype="bfloat16")
-CONFIGS[TINY]["dtype"] = "float32"
+for _name in TINY_PRESETS:
+    CONFIGS[_name]["dtype"] = "float32"
 
 _MIMI = dict(sampling_rate=24000, frame_rate=12.5, audio_channels=1, num_quantizers=32, codebook_size=2048,
              num_semantic_quantizers=1, upsampling_ratios=[8, 6, 5, 4], use_causal_conv=True, compress=2)
@@ -109,7 +128,7 @@ def config_dict(name: str) -> dict:
 
 
 def codec_dict(name: str) -> dict:
-    spec = CODECS[TINY if name == TINY else "real"]
+    spec = CODECS[TINY if name in TINY_PRESETS else "real"]
     decoder = dict(codebook_size=2048, num_quantizers=16, upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2],
                    rope_theta=10000.0, rms_norm_eps=1e-5, max_position_embeddings=8000, **spec["decoder"])
     return dict(model_type="qwen3_tts_tokenizer_12hz", encoder_config=copy.deepcopy(spec["encoder"]),
@@ -125,33 +144,43 @@ def tts_config(name: str, layers: int | None = None):
     if layers is not None:
         d["talker_config"]["num_hidden_layers"] = int(layers)
     codec = codec_dict(name)
-    if name != TINY:
+    if name not in TINY_PRESETS:
         codec["encoder_config"] = None  # a random encoder would encode nothing meaningful: not built
     return TTSConfig.from_hf(d, codec, _GENERATION)
 
 
-# ---- tiny-tts on disk ------------------------------------------------------------------------
+# ---- tiny-tts and tiny-tts-base on disk --------------------------------------------------------
 
-def ensure_tiny_tts(root: Path | None = None) -> Path:
-    """Path of the cached tiny-tts checkpoint, written on first use (atomically)."""
-    return tiny.write_once((root or tiny.cache_dir()) / f"{TINY}-v1", write_tiny_tts)
+def ensure_tiny_tts(name: str = TINY, root: Path | None = None) -> Path:
+    """Path of the cached checkpoint of a tiny preset (TINY_PRESETS), written on first use (atomically)."""
+    if name not in TINY_PRESETS:
+        raise ValueError(f"unknown tiny Qwen3-TTS preset {name!r}: choose one of {', '.join(TINY_PRESETS)}")
+    return tiny.write_once((root or tiny.cache_dir()) / f"{name}-v1", lambda folder: write_tiny_tts(folder, name))
 
 
-def write_tiny_tts(folder: Path) -> None:
+def write_tiny_tts(folder: Path, preset: str = TINY) -> None:
+    """The preset in the hub layout. Talker and codec come from SEED in one order, so both presets
+    share them; a Base model's speaker encoder is drawn from its own seed after."""
     from safetensors.torch import save_file
 
     from omni_core.codec.qwen3_tts import ENCODER_RENAMES, TTSCodec
     from omni_core.loading.checkpoint import checkpoint_names
+    from omni_core.models.qwen3_tts.speaker_encoder import SpeakerEncoder
     from omni_core.models.qwen3_tts.talker import Talker
 
-    cfg = tts_config(TINY)
+    cfg = tts_config(preset)
     gen = torch.Generator().manual_seed(SEED)
     talker, codec = Talker(cfg), TTSCodec(cfg.codec)
     spread(talker, gen)
     spread_codec(codec.decoder, gen)
     encoder = mimi_encoder(cfg.codec, gen)
+    weights = _named(checkpoint_names(talker), "talker.")
+    if cfg.speaker_encoder is not None:
+        speaker_encoder = SpeakerEncoder(cfg.speaker_encoder)
+        spread(speaker_encoder, torch.Generator().manual_seed(SEED + 1))
+        weights.update(_named(checkpoint_names(speaker_encoder), "speaker_encoder."))
     (folder / "speech_tokenizer").mkdir(parents=True)
-    save_file(_named(checkpoint_names(talker), "talker."), str(folder / "model.safetensors"))
+    save_file(weights, str(folder / "model.safetensors"))
     codec_state = _named(checkpoint_names(codec.decoder), "decoder.")
     for name, tensor in encoder.state_dict().items():
         for old, new in ENCODER_RENAMES:  # back to the names the package writes
@@ -160,9 +189,9 @@ def write_tiny_tts(folder: Path) -> None:
                 break
         codec_state["encoder." + name] = tensor.contiguous()
     save_file(codec_state, str(folder / "speech_tokenizer" / "model.safetensors"))
-    _json(folder / "config.json", config_dict(TINY))
+    _json(folder / "config.json", config_dict(preset))
     _json(folder / "generation_config.json", _GENERATION)
-    _json(folder / "speech_tokenizer" / "config.json", codec_dict(TINY))
+    _json(folder / "speech_tokenizer" / "config.json", codec_dict(preset))
     _json(folder / "speech_tokenizer" / "preprocessor_config.json",
           dict(feature_extractor_type="EncodecFeatureExtractor", feature_size=1, sampling_rate=24000,
                padding_value=0.0, padding_side="right", return_attention_mask=True))
