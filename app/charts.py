@@ -99,22 +99,18 @@ def diff(a: np.ndarray, b: np.ndarray, differ: np.ndarray, agree: np.ndarray, fr
     return fig
 
 
-def ablation(costs: list[float] | None, full: float | None = None) -> go.Figure:
-    """What dropping each codebook costs a recording's re-decode: one bar per codebook, the log-mel
-    distance to the original without it; a dashed line at the distance with every codebook."""
+def ablation(costs: list[float] | None) -> go.Figure:
+    """What dropping each codebook costs a recording's re-decode: one bar per codebook, how much the
+    log-mel distance to the original grows without it (dB)."""
     if not costs:
         return empty("Encode a recording: what dropping each codebook costs shows here")
     names = [f"CB{g}" for g in range(len(costs))]
     fig = go.Figure(go.Bar(x=names, y=costs, marker_color="#6366f1",
-                           hovertemplate="without %{x}: %{y:.2f} dB<extra></extra>"))
-    if full is not None:
-        fig.add_hline(y=full, line_dash="dash", line_color="#64748b",
-                      annotation_text=f"all 16: {full:.2f} dB", annotation_position="top left")
-    fig.update_layout(height=260, margin=dict(l=48, r=12, t=48, b=36), showlegend=False, template="plotly_white",
+                           hovertemplate="without %{x}: +%{y:.2f} dB<extra></extra>"))
+    fig.update_layout(height=240, margin=dict(l=48, r=12, t=48, b=36), showlegend=False, template="plotly_white",
                       font=dict(family=FONT, size=11), paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
-                      title=dict(text="Ablation: log-mel distance to the original without each codebook (dB)",
-                                 x=0.01, font=dict(size=13)))
-    fig.update_yaxes(rangemode="tozero")
+                      title=dict(text="Ablation: how much farther from the original without each codebook "
+                                      "(log-mel dB)", x=0.01, font=dict(size=13)))
     return fig
 
 

@@ -174,10 +174,11 @@ class Lab:
               do_sample: bool = False, seed: int = 0, max_frames: int | None = None, language: str | None = None,
               instruct: str | None = None):
         """One utterance, whole: ({"codes": [[16 ints] per frame], "text", "stats"}, path of its WAV).
-        language and instruct: for models that take them (Qwen3-TTS); empty: left out."""
+        language and instruct: for models that take them (Qwen3-TTS); empty: left out; given to a model
+        that cannot use them, refused with what the model supports."""
         request = SpeechRequest(text=text, mode=mode, speaker=speaker or None, predictor=predictor,
                                 do_sample=bool(do_sample), seed=seed if seed is not None else 0,
-                                max_frames=max_frames, **self.voice(language, instruct))
+                                max_frames=max_frames, language=language or None, instruct=instruct or None)
         result = self.pipe.generate(request)
         stats = result.stats.to_dict()
         folder = self.outputs.new()

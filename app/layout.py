@@ -32,6 +32,7 @@ def page(info: dict, streaming: bool) -> SimpleNamespace:
     with gr.Row(equal_height=False, elem_id="main"):
         with gr.Column(scale=4, min_width=320, elem_id="controls"):
             controls(p, info, streaming)
+            own_audio(p, info)
         with gr.Column(scale=6, min_width=340, elem_id="results"):
             hub(p, info)
             tools(p, info)
@@ -197,7 +198,6 @@ def tools(p: SimpleNamespace, info: dict) -> None:
     with gr.Accordion("Decode a codes file", open=False, elem_id="upload-section"):
         p.upload = gr.File(label="Upload codes ([T, 16], .npy or .json)", file_types=[".npy", ".json"],
                            type="filepath", elem_id="upload")
-    own_audio(p, info)
 
 
 def api(p: SimpleNamespace, info: dict) -> None:

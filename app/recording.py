@@ -46,7 +46,8 @@ class Recording:
         codes, original, decoded = self._round_trip(audio)
         rate = self.info["sample_rate"]
         measured = roundtrip.measures(original, decoded, rate)
-        costs = self._ablation(codes, original)
+        full = roundtrip.mel_distance(original, decoded, rate)
+        costs = [c - full for c in self._ablation(codes, original)]
         take = Take.from_codes(codes, decoded, view=view)
         take.text = "(your recording)"
         folder = self.outputs.new()
@@ -54,7 +55,7 @@ class Recording:
                  *write_codes(folder, codes, take.text, {"roundtrip": measured})]
         return EncodeOut(self.figure(take), panels.encoded(take.frames, self.info["frame_ms"] / 1000, measured),
                          take, panels.roundtrip(measured, roundtrip.MEANING),
-                         charts.ablation(costs, measured["mel_distance"]), (rate, to_int16(original)),
+                         charts.ablation(costs), (rate, to_int16(original)),
                          (rate, to_int16(decoded)), [str(p) for p in files])
 
     @reports_errors
@@ -75,7 +76,7 @@ class Recording:
                            "model to turn audio into codes.", print_exception=False)
         rate, samples = audio
         codes = self.pipe.encode(samples, int(rate))
-        original = self.pipe.prepared_audio(samples, int(rate))
+        original = self.pipe.prepare_audio(samples, int(rate))
         return codes, original, self.pipe.decode(codes)
 
     def _ablation(self, codes: np.ndarray, original: np.ndarray) -> list[float]:

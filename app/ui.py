@@ -50,7 +50,7 @@ def wire(p: SimpleNamespace, lab: Lab, studio: Studio, recording: Recording) -> 
                   outputs=list(SynthOut(audio=p.audio, heatmap=p.heatmap, stats=p.stats, files=p.files, take=p.take)),
                   concurrency_id="engine", show_progress="minimal", **private).then(**after_take)
     p.encode.click(recording.encode, inputs=[p.audio_in, p.view], outputs=[getattr(p, n) for n in EncodeOut._fields],
-                   concurrency_id="engine", **private).then(**after_take)
+                   api_name="encode_recording", concurrency_id="engine", **private).then(**after_take)
     # Stop sets the running request's cancel flag and the request draws its own last update.
     # (Gradio's `cancels=` would drop that update, and its last live one could land after ours.)
     p.stop.click(lab.stop, inputs=[p.take], queue=False, **private)

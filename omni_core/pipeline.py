@@ -223,6 +223,11 @@ class Pipeline:
         wav = clean_audio((sample_rate, samples), "audio")
         return self.engine.call(self._encode, wav)
 
+    def prepare_audio(self, samples, sample_rate: int) -> np.ndarray:
+        """The audio as the encoder hears it: float32 mono at the model's rate, checked as `encode` checks
+        it (what a round trip's re-decode is compared with)."""
+        return clean_audio((sample_rate, samples), "audio")
+
     @torch.no_grad()
     def _encode(self, wav: np.ndarray) -> np.ndarray:
         return self.code2wav.encode(torch.from_numpy(wav).to(self.device)).cpu().numpy().astype(np.int64)

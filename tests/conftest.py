@@ -98,6 +98,21 @@ def app_server(tmp_path_factory) -> str:
         yield url
 
 
+@pytest.fixture(scope="session")
+def tts_server(tmp_path_factory) -> str:
+    """One app server on tiny-tts (a Qwen3-TTS CustomVoice model with a codec encoder), set as a Space
+    sets it: OMNI_MODEL."""
+    with launch_app(tmp_path_factory.mktemp("tts"), OMNI_MODEL="tiny-tts") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def tts_base_server(tmp_path_factory) -> str:
+    """One app server on tiny-tts-base (a Qwen3-TTS Base model: it clones a voice from a clip)."""
+    with launch_app(tmp_path_factory.mktemp("tts-base"), OMNI_MODEL="tiny-tts-base") as url:
+        yield url
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
