@@ -20,6 +20,9 @@ shared and noisy, so only same-run ratios mean anything.
   (g) the real-size predictor as the engine calls it: 8 requests' rows in one call vs 1
   (h) a lone request: the chosen invariant plans vs the old padding vs plain F.linear vs HF
       (benchmarks/lone_request.py)
+  (i) Qwen3-TTS at real sizes (random weights), float32 and bfloat16, one greedy request: ms per
+      frame for talker, predictor and codec, the memory floor, RTF, first audio, vs the official
+      package's generate on the same weights in its own environment (benchmarks/tts.py)
 """
 
 from __future__ import annotations
@@ -351,6 +354,12 @@ def bench_lone_request(quick: bool, json_path: str) -> dict:
     return lone_request.main(quick, json_path)
 
 
+def bench_tts(quick: bool, json_path: str) -> dict:
+    from benchmarks import tts  # it imports this module's helpers
+
+    return tts.main(quick, json_path)
+
+
 def machine() -> dict:
     info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "torch": torch.__version__, "threads": torch.get_num_threads()}
@@ -371,6 +380,7 @@ def main(quick: bool = False, json_path: str = "bench_results/bench.json", gpu_o
         ("f_concurrency", lambda: bench_concurrency(3 if quick else 5)),
         ("g_predictor_rows_real_size", lambda: bench_predictor_rows(reps)),
         ("h_lone_request", lambda: bench_lone_request(quick, json_path.replace(".json", "_h.json"))),
+        ("i_tts_real_size", lambda: bench_tts(quick, json_path.replace(".json", "_i.json"))),
     ]
     if torch.cuda.is_available():
         sections.append(("e_cuda_graph", lambda: bench_cuda_graph(20 if quick else 50)))

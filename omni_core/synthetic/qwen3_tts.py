@@ -16,7 +16,9 @@ for 'random:' sources.
   dim 128; 0.6B hidden 1024 / FFN 3072, 1.7B hidden 2048 / FFN 6144 with a 1024-wide predictor;
   the codec's decoder 8 × 512, latent 1024, codebook_dim 512) with random weights drawn on the
   device (loading/random_weights.py). The released files could not be read here (no hub
-  access): these widths are the best reading, not a copy.
+  access): these widths are the best reading, not a copy. `ensure_random_tts` writes one to disk
+  in the hub layout (bfloat16, as released) with the weights the 'random:' source draws, so that
+  the official package can run on the same weights (benchmarks/tts.py).
 
 The tokenizer is presets.build_tokenizer (bytes, and Qwen's special ids): the model never sees
 a difference, its weights being random and every id in the real vocabulary.
@@ -161,9 +163,7 @@ def ensure_tiny_tts(name: str = TINY, root: Path | None = None) -> Path:
 def write_tiny_tts(folder: Path, preset: str = TINY) -> None:
     """The preset in the hub layout. Talker and codec come from SEED in one order, so both presets
     share them; a Base model's speaker encoder is drawn from its own seed after."""
-    from safetensors.torch import save_file
-
-    from omni_core.codec.qwen3_tts import ENCODER_RENAMES, TTSCodec
+    from omni_core.codec.qwen3_tts import TTSCodec
     from omni_core.loading.checkpoint import checkpoint_names
     from omni_core.models.qwen3_tts.speaker_encoder import SpeakerEncoder
     from omni_core.models.qwen3_tts.talker import Talker
@@ -179,9 +179,59 @@ def write_tiny_tts(folder: Path, preset: str = TINY) -> None:
         speaker_encoder = SpeakerEncoder(cfg.speaker_encoder)
         spread(speaker_encoder, torch.Generator().manual_seed(SEED + 1))
         weights.update(_named(checkpoint_names(speaker_encoder), "speaker_encoder."))
+    _write_layout(folder, config_dict(preset), codec_dict(preset), weights, codec.decoder, encoder)
+
+
+# ---- the real sizes on disk ---------------------------------------------------------------------
+
+def ensure_random_tts(name: str, layers: int | None = None, root: Path | None = None) -> Path:
+    """Path of the cached checkpoint of a real-size preset (RANDOM), talker cut to `layers` if given,
+    written on first use (atomically). About 2 GB on disk for 0.6B, 4 GB for 1.7B."""
+    if name not in RANDOM:
+        raise ValueError(f"unknown real-size Qwen3-TTS preset {name!r}: choose one of {', '.join(RANDOM)}")
+    tag = name if layers is None else f"{name}-layers{int(layers)}"
+    target = (root or tiny.cache_dir()) / f"{tag}-v1"
+    return tiny.write_once(target, lambda folder: write_random_tts(folder, name, layers))
+
+
+@torch.no_grad()
+def write_random_tts(folder: Path, name: str, layers: int | None = None) -> None:
+    """A real-size preset in the hub layout, bfloat16 on disk: the talker and codec decoder hold the
+    weights `load_pipeline(f"random:{name}?layers={layers}", device="cpu", dtype="bfloat16")` draws
+    (loading/random_weights.fill_random, default seed); the codec's encoder, which that source
+    does not build, is seeded here (mimi_encoder) so that the folder is a complete checkpoint."""
+    from omni_core.codec.qwen3_tts import TTSCodec
+    from omni_core.loading.checkpoint import checkpoint_names, materialize
+    from omni_core.loading.random_weights import fill_random
+    from omni_core.models.qwen3_tts.config import TTSConfig
+    from omni_core.models.qwen3_tts.talker import Talker
+
+    config, codec_config = config_dict(name), codec_dict(name)
+    if layers is not None:
+        config["talker_config"]["num_hidden_layers"] = int(layers)
+    cfg = TTSConfig.from_hf(config, codec_config, _GENERATION)
+    with torch.device("meta"):
+        modules = {"talker": Talker(cfg), "code2wav": TTSCodec(cfg.codec)}  # as loading/qwen3_tts builds them
+    for m in modules.values():
+        materialize(m, torch.device("cpu"), torch.bfloat16)
+    fill_random(modules)
+    encoder = mimi_encoder(cfg.codec, torch.Generator().manual_seed(SEED + 200)).to(torch.bfloat16)
+    weights = _named(checkpoint_names(modules["talker"]), "talker.")
+    _write_layout(folder, config, codec_config, weights, modules["code2wav"].decoder, encoder)
+
+
+def _write_layout(folder: Path, config: dict, codec_config: dict, weights: dict[str, torch.Tensor],
+                  decoder: torch.nn.Module, encoder: torch.nn.Module) -> None:
+    """The hub layout: config.json, generation_config.json, model.safetensors (`weights`), the
+    tokenizer, speech_tokenizer/ (the codec's decoder and encoder under the package's names)."""
+    from safetensors.torch import save_file
+
+    from omni_core.codec.qwen3_tts import ENCODER_RENAMES
+    from omni_core.loading.checkpoint import checkpoint_names
+
     (folder / "speech_tokenizer").mkdir(parents=True)
     save_file(weights, str(folder / "model.safetensors"))
-    codec_state = _named(checkpoint_names(codec.decoder), "decoder.")
+    codec_state = _named(checkpoint_names(decoder), "decoder.")
     for name, tensor in encoder.state_dict().items():
         for old, new in ENCODER_RENAMES:  # back to the names the package writes
             if name.startswith(new):
@@ -189,9 +239,9 @@ def write_tiny_tts(folder: Path, preset: str = TINY) -> None:
                 break
         codec_state["encoder." + name] = tensor.contiguous()
     save_file(codec_state, str(folder / "speech_tokenizer" / "model.safetensors"))
-    _json(folder / "config.json", config_dict(preset))
+    _json(folder / "config.json", config)
     _json(folder / "generation_config.json", _GENERATION)
-    _json(folder / "speech_tokenizer" / "config.json", codec_dict(preset))
+    _json(folder / "speech_tokenizer" / "config.json", codec_config)
     _json(folder / "speech_tokenizer" / "preprocessor_config.json",
           dict(feature_extractor_type="EncodecFeatureExtractor", feature_size=1, sampling_rate=24000,
                padding_value=0.0, padding_side="right", return_attention_mask=True))

@@ -1,0 +1,289 @@
+"""(i) Qwen3-TTS at real sizes with random weights, on this CPU, against the official package (issue 19).
+
+For each size (`random:qwen3-tts-0.6b`, `-1.7b`) and dtype (float32, bfloat16): one request
+(batch 1), KV predictor, greedy, a fixed sentence for a fixed number of frames. From our
+`result.stats` and the Frame events, per 80 ms frame:
+
+  talker step   the talker's decode step and codebook-0 head, frames 1.. (frame 0 carries the prompt
+                and the prefill: reported apart as `prefill_ms`)
+  predictor     predictor_s / frames (codebooks 1..15)
+  codec         codec_s / frames (streaming decode, chunks of 1, 2, 4, 8, 8, ... frames)
+  steady        talker step + predictor + codec: a frame's work after the prefill
+  total         submission to Done / frames; rtf = total_s / audio_s; first audio from submission
+
+The memory floor is the weight bytes one frame reads ÷ the copy traffic (read + write bytes per
+second, `copy_bandwidth`) measured in the same run, at a working set of the distinct weights a
+frame reads (capped at COPY_CAP: past the last-level cache a copy runs at DRAM speed). Counted:
+
+  talker        every decoder layer, the final norm and codec_head once (one step); not the
+                embeddings (a row each) nor the text projection (the prompt's, computed at admission)
+  predictor     its layers, norm and small_to_mtp_projection (1.7B) 15 times (the KV frame: a
+                2-row prefill and 14 steps), each of the 15 lm_heads once; not its embeddings (rows)
+  codec         the decoder's weights once per chunk, spread over the frames (chunks as the engine
+                makes them); its convolutions are compute-bound, so this part of the floor is loose
+
+Beside ours, in the same interleaved run (ours, then theirs, each repeat), the official package
+(`qwen-tts` in .venv-ref: scripts/setup_ref.sh) runs `generate_custom_voice` on the same weights in
+a long-lived subprocess (benchmarks/tts_reference.py) that times its own calls: the whole wrapper
+call, its generate, the predictor's part of that, the codec's decode. `speedup_end_to_end` is its
+ms per frame over ours (submission to Done); `codes` says whether the greedy codes agree. Both
+sides read one checkpoint written once by `ensure_random_tts` (bfloat16 on disk, the weights
+`random:` draws, in the synthetic cache). By default the package runs on 0.6B only: 1.7B in
+float32 is ~8 GB per side (~16 GB of RAM with both loaded) and the package's frames are slow here;
+`--reference-sizes 0.6b 1.7b` adds it. Sizes without the package load `random:<name>` directly.
+`--layers N` cuts the talker on both sides (the predictor and the codec keep theirs): a quick run,
+not the real size.
+
+    .venv/bin/python -m benchmarks.tts [--quick] [--layers N] [--sizes 0.6b 1.7b] [--reference-sizes 0.6b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import subprocess
+from pathlib import Path
+
+import torch
+
+from benchmarks.bench import copy_bandwidth, frame_weight_bytes, interleaved, machine, print_section
+from omni_core import SpeechRequest, load_pipeline
+from omni_core.engine.output import MAX_CHUNK_FRAMES
+from omni_core.events import Done, Frame
+from omni_core.synthetic.qwen3_tts import ensure_random_tts
+
+ROOT = Path(__file__).resolve().parent.parent
+REF_PYTHON = ROOT / ".venv-ref" / "bin" / "python"
+REF_SCRIPT = ROOT / "benchmarks" / "tts_reference.py"
+TEXT = "The quick brown fox jumps over the lazy dog, then rests in the shade of an old oak tree."
+SPEAKER, LANGUAGE = "vivian", "english"
+COPY_CAP = 1 << 30  # bytes: the copy's working set at most (a 1.7B float32 talker alone is ~5 GB)
+
+
+# ---- the package, as a subprocess --------------------------------------------------------------
+
+class Reference:
+    """benchmarks/tts_reference.py in .venv-ref: one JSON line in, one out. Its stderr (the package's
+    warnings) goes to `log`."""
+
+    def __init__(self, log: Path):
+        if not REF_PYTHON.exists():
+            raise RuntimeError("the package comparison needs .venv-ref: run scripts/setup_ref.sh "
+                               "(or pass --reference-sizes with nothing to skip it)")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log, self.stderr = log, log.open("a")
+        self.proc = subprocess.Popen([str(REF_PYTHON), str(REF_SCRIPT)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True, cwd=ROOT)
+
+    def ask(self, op: str, **fields) -> dict:
+        self.proc.stdin.write(json.dumps({"op": op, **fields}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        reply = json.loads(line) if line else {"ok": False, "error": f"the package's process ended ({self.log})"}
+        if not reply.pop("ok"):
+            raise RuntimeError(f"qwen-tts {op} failed:\n{reply['error']}")
+        return reply
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        self.stderr.close()
+
+
+# ---- one call each -------------------------------------------------------------------------------
+
+def ours(pipe, frames: int) -> dict:
+    """One greedy request through the engine: its stats, each frame's talker ms, its codes."""
+    request = SpeechRequest(TEXT, speaker=SPEAKER, language=LANGUAGE, predictor="kv", do_sample=False,
+                            max_frames=frames)
+    talker_ms = []
+    for event in pipe.stream(request):
+        if isinstance(event, Frame):
+            talker_ms.append(event.talker_ms)
+        elif isinstance(event, Done):
+            return {"stats": event.result.stats, "talker_ms": talker_ms, "codes": event.result.codes.tolist()}
+    raise RuntimeError("the stream ended without a result")
+
+
+def ours_per_frame(run: dict) -> dict:
+    s, n = run["stats"], run["stats"].frames
+    step = statistics.fmean(run["talker_ms"][1:]) if n > 1 else float("nan")
+    predictor, codec = 1000 * s.predictor_s / n, 1000 * s.codec_s / n
+    steady = step + predictor + codec
+    prefill = run["talker_ms"][0]
+    return {"talker_step_ms": step, "predictor_ms": predictor, "codec_ms": codec, "steady_ms": steady,
+            "total_ms": 1000 * s.total_s / n, "rtf": s.rtf, "prefill_ms": prefill,
+            "first_audio_ms": 1000 * s.first_audio_s,
+            "first_audio_after_prefill_in_frames": (1000 * s.first_audio_s - prefill) / steady, "frames": n}
+
+
+def theirs_per_frame(run: dict) -> dict:
+    n = run["frames"]
+    return {"talker_ms": 1000 * (run["generate_s"] - run["predictor_s"]) / n,  # its prefill included
+            "predictor_ms": 1000 * run["predictor_s"] / n, "codec_ms": 1000 * run["decode_s"] / n,
+            "total_ms": 1000 * run["seconds"] / n, "rtf": run["seconds"] / (0.08 * n), "frames": n}
+
+
+def compare_codes(a: list, b: list) -> dict:
+    """Greedy codes [T, 16] of the same request on both sides: equal, or how many cells differ."""
+    differing = sum(x != y for fa, fb in zip(a, b) for x, y in zip(fa, fb))
+    return {"equal": a == b, "differing_cells": differing, "frames": [len(a), len(b)]}
+
+
+def medians(rows: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+
+
+# ---- the floor ----------------------------------------------------------------------------------
+
+def nbytes(module) -> int:
+    """Parameter bytes of `module` (None: an absent part, such as 0.6B's small_to_mtp_projection)."""
+    return 0 if module is None else sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def frame_bytes(pipe, frames: int) -> dict[str, int]:
+    """Weight bytes one frame reads, by part (see the module docstring for what is counted)."""
+    talker, cp = pipe.talker, pipe.talker.code_predictor
+    chunks, done = 0, 0
+    while done < frames:  # the engine's chunks: 1, 2, 4, 8, 8, ... frames
+        done, chunks = done + min(2 ** chunks, MAX_CHUNK_FRAMES), chunks + 1
+    return {"talker": nbytes(talker.model.layers) + nbytes(talker.model.norm) + nbytes(talker.codec_head),
+            "predictor": frame_weight_bytes(cp) + 15 * nbytes(cp.model.norm) + 15 * nbytes(cp.small_to_mtp_projection),
+            "codec": nbytes(pipe.code2wav.decoder) * chunks // frames}
+
+
+def floor(pipe, frames: int) -> dict:
+    parts = frame_bytes(pipe, frames)
+    cp = pipe.talker.code_predictor
+    distinct = parts["talker"] + nbytes(cp.model.layers) + nbytes(cp.lm_head) + nbytes(pipe.code2wav.decoder)
+    working_set = min(distinct, COPY_CAP)
+    bandwidth = copy_bandwidth(working_set)
+    ms = {k: 1000 * v / bandwidth for k, v in parts.items()}
+    return {"bytes_per_frame": {**parts, "all": sum(parts.values())}, "copy_working_set_bytes": working_set,
+            "copy_traffic_GBps": bandwidth / 1e9, "floor_ms": {**ms, "all": sum(ms.values())}}
+
+
+def over_floor(per_frame: dict, floor_ms: dict) -> dict:
+    """Our ms per frame over the floor's, by part; `talker + predictor` leaves out the codec, whose
+    floor is loose (compute-bound convolutions); `all` is the steady frame."""
+    ours = {"talker": per_frame["talker_step_ms"], "predictor": per_frame["predictor_ms"],
+            "codec": per_frame["codec_ms"]}
+    ratios = {k: v / floor_ms[k] for k, v in ours.items()}
+    ratios["talker + predictor"] = (ours["talker"] + ours["predictor"]) / (floor_ms["talker"] + floor_ms["predictor"])
+    ratios["all"] = per_frame["steady_ms"] / floor_ms["all"]
+    return ratios
+
+
+# ---- one size and dtype -------------------------------------------------------------------------
+
+def bench_case(size: str, dtype: str, frames: int, repeats: int, layers: int | None,
+               reference: Reference | None) -> dict:
+    name = f"qwen3-tts-{size}"
+    if reference is not None:  # both sides read the same folder
+        source = str(ensure_random_tts(name, layers))
+        loaded = reference.ask("load", model=source, dtype=dtype, threads=torch.get_num_threads())
+    else:
+        source = f"random:{name}" + (f"?layers={layers}" if layers else "")
+    pipe = load_pipeline(source, device="cpu", dtype=dtype)
+    try:
+        runs: dict[str, list] = {"omni_core": [], "qwen-tts": []}
+        cases = {"omni_core": lambda: runs["omni_core"].append(ours(pipe, frames))}
+        if reference is not None:
+            cases["qwen-tts"] = lambda: runs["qwen-tts"].append(reference.ask(
+                "speak", text=TEXT, speaker=SPEAKER, language=LANGUAGE, max_frames=frames, codes=True))
+        wall = interleaved(cases, repeats)  # one warm-up call each, then ours, theirs, ours, theirs, ...
+        out = {"source": source, "talker_layers": pipe.config.talker.num_hidden_layers,
+               "ours_per_frame": medians([ours_per_frame(r) for r in runs["omni_core"][1:]])}
+        out["floor"] = floor(pipe, frames)
+        out["ours_over_floor"] = over_floor(out["ours_per_frame"], out["floor"]["floor_ms"])
+        if reference is not None:
+            theirs = runs["qwen-tts"][1:]
+            out["package_load_s"] = loaded["load_s"]
+            out["theirs_per_frame"] = medians([theirs_per_frame(r) for r in theirs])
+            out["speedup_end_to_end"] = out["theirs_per_frame"]["total_ms"] / out["ours_per_frame"]["total_ms"]
+            out["codes"] = compare_codes(runs["omni_core"][-1]["codes"], theirs[-1]["codes"])
+            out["wall_s_median"] = wall  # the parent's view: theirs includes the pipe's round trip
+        return out
+    finally:
+        pipe.close()
+        del pipe
+        gc.collect()
+
+
+# ---- report -------------------------------------------------------------------------------------
+
+COLUMNS = (("talker", "ours_per_frame", "talker_step_ms"), ("pred", "ours_per_frame", "predictor_ms"),
+           ("codec", "ours_per_frame", "codec_ms"), ("steady", "ours_per_frame", "steady_ms"),
+           ("floor", "floor", "floor_ms", "all"), ("×floor", "ours_over_floor", "all"),
+           ("×fl t+p", "ours_over_floor", "talker + predictor"),
+           ("total", "ours_per_frame", "total_ms"), ("rtf", "ours_per_frame", "rtf"),
+           ("1st audio", "ours_per_frame", "first_audio_ms"), ("pkg total", "theirs_per_frame", "total_ms"),
+           ("pkg rtf", "theirs_per_frame", "rtf"), ("×faster", "speedup_end_to_end"))
+
+
+def print_table(results: dict) -> None:
+    """One row per size and dtype: ms per 80 ms frame unless named otherwise."""
+    print("ms per 80 ms frame (ours: talker step, predictor, codec, steady = their sum, its memory floor;"
+          " total = submission to Done);\n×floor = steady / floor, ×fl t+p = the same without the codec;"
+          " 1st audio: ms from submission; pkg: qwen-tts; ×faster = pkg total / our total")
+    print(f"{'case':<22}" + "".join(f"{c[0]:>10}" for c in COLUMNS))
+    for case, row in results.items():
+        if not isinstance(row, dict) or "ours_per_frame" not in row:
+            continue
+        cells = []
+        for _, *path in COLUMNS:
+            value = row
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            cells.append(f"{value:>10.2f}" if isinstance(value, float) else f"{'-':>10}")
+        print(f"{case:<22}" + "".join(cells))
+
+
+def main(quick: bool = False, json_path: str = "bench_results/tts.json", layers: int | None = None,
+         sizes=("0.6b", "1.7b"), reference_sizes=("0.6b",), dtypes=("float32", "bfloat16"),
+         frames: int | None = None) -> dict:
+    frames = frames or (6 if quick else 24)
+    repeats = 2 if quick else 5
+    with_package = [s for s in sizes if s in reference_sizes]
+    note = f"the package (qwen-tts) runs on {', '.join(with_package) or 'no size'}; the other sizes are ours only"
+    if layers:
+        note += f"; the talker is cut to {layers} layers on both sides: not the real size"
+    results = {"machine": machine(), "text": TEXT, "speaker": SPEAKER, "language": LANGUAGE, "frames": frames,
+               "repeats": repeats, "talker_layers_cut": layers, "package_sizes": with_package,
+               "ours_only_sizes": [s for s in sizes if s not in with_package], "note": note}
+    print(note, flush=True)
+    log = Path(json_path).with_suffix(".reference.log")  # the package's stderr, this run's only
+    log.unlink(missing_ok=True)
+    for size in sizes:
+        reference = Reference(log) if size in reference_sizes else None
+        try:
+            for dtype in dtypes:
+                key = f"{size} {dtype}"
+                print(f"-- {key}", flush=True)
+                results[key] = bench_case(size, dtype, frames, repeats, layers, reference)
+        finally:
+            if reference is not None:
+                reference.close()
+    print_table(results)
+    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(json_path).write_text(json.dumps(results, indent=2))
+    print(f"wrote {json_path}")
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="6 frames, 2 repeats (a smoke run)")
+    parser.add_argument("--layers", type=int, default=None, help="cut the talker to N layers on both sides")
+    parser.add_argument("--frames", type=int, default=None, help="frames per request (default 24; --quick 6)")
+    parser.add_argument("--sizes", nargs="*", default=["0.6b", "1.7b"])
+    parser.add_argument("--reference-sizes", nargs="*", default=["0.6b"], help="sizes the package also runs")
+    parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"])
+    parser.add_argument("--json", default="bench_results/tts.json")
+    args = parser.parse_args()
+    results = main(args.quick, args.json, args.layers, args.sizes, args.reference_sizes, args.dtypes, args.frames)
+    print_section("i", results)
