@@ -82,3 +82,16 @@ def test_a_loaded_pipeline_has_a_plan_that_holds_for_every_matmul():
     assert experts and all(len(m.plans) == len(m.plan_weights()) for m in experts)
     for m in experts:
         assert all(holds(plan, w) for plan, w in zip(m.plans, m.plan_weights()))
+
+
+def test_inside_exact_a_call_is_plain_f_linear():
+    """A request's own prefill runs with the reference's kernels: one call for all its rows."""
+    from omni_core.models.invariant import exact
+
+    weight, _, g = weights(1024, 3072, torch.float32)
+    x = torch.randn(40, 1024, generator=g)
+    plan = choose(weight, None, {})
+    assert not torch.equal(linear(x, weight, None, plan), F.linear(x, weight))  # 15-row chunks: other bits
+    with exact():
+        assert torch.equal(linear(x, weight, None, plan), F.linear(x, weight))
+    assert not torch.equal(linear(x, weight, None, plan), F.linear(x, weight))  # and only inside

@@ -19,6 +19,7 @@ from omni_core.codec.streaming import StreamingDecoder
 from omni_core.engine.sequence import Sequence, default_text_tokens
 from omni_core.engine.speech_model import SpeechModel
 from omni_core.events import TextDelta
+from omni_core.models.invariant import exact
 from omni_core.models.layers import KVCache
 from omni_core.models.qwen3_omni.prompt import TalkerPromptBuilder, TextSteps
 from omni_core.models.qwen3_tts import voices
@@ -47,7 +48,12 @@ class Runner:
     # ---- one request ----------------------------------------------------------------------------
 
     def admit(self, seq: Sequence) -> None:
-        """Prompts and codec stream; in chat mode the thinker's prefill and the reply's first token."""
+        """Prompts and codec stream; in chat mode the thinker's prefill and the reply's first token.
+        One request's own work: plain matmuls, the reference's kernels (`invariant.exact`)."""
+        with exact():
+            self._admit(seq)
+
+    def _admit(self, seq: Sequence) -> None:
         m, req = self.model, seq.req
         if m.prompts is not None:
             return self.admit_tts(seq)
@@ -101,13 +107,15 @@ class Runner:
             seq.emit(TextDelta(self.model.tokenizer.decode(new, skip_special_tokens=True), new))
 
     def start_talker(self, seq: Sequence) -> None:
-        """The talker's prompt and its prefill (once the reply's first tokens are known)."""
+        """The talker's prompt and its prefill (once the reply's first tokens are known): one request's
+        own work, with the reference's kernels."""
         m = self.model
-        prompt = seq.talker_prompt
-        if prompt is None:
-            prompt = seq.builder.prompt(seq.prompt_ids, seq.reply.first_spoken, m.speaker_id(seq.req.speaker))
-        seq.talker_cache = m.talker.model.new_cache(1, prompt.shape[1] + 64, like=prompt)
-        seq.hidden = m.talker.model(prompt, seq.talker_cache, 0)[:, -1]
+        with exact():
+            prompt = seq.talker_prompt
+            if prompt is None:
+                prompt = seq.builder.prompt(seq.prompt_ids, seq.reply.first_spoken, m.speaker_id(seq.req.speaker))
+            seq.talker_cache = m.talker.model.new_cache(1, prompt.shape[1] + 64, like=prompt)
+            seq.hidden = m.talker.model(prompt, seq.talker_cache, 0)[:, -1]
 
     def next_input(self, seq: Sequence) -> torch.Tensor:
         """The talker's next input [1, 1, C]: the last frame's summed embedding + text step k-1."""

@@ -20,10 +20,14 @@ row counts with the smallest first count is taken, then checked at every positio
             or ROWWISE: no GEMM, each row's products summed alone (a 1-output gate)
 
 so a lone request runs at a lone row's speed and its rows still equal any batched run.
+A request's own prefill is never batched with others' rows: it runs with plain F.linear
+(`exact()`), the kernels the official implementations use, so a lone bfloat16 request
+gives their exact codes.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import torch
@@ -40,11 +44,27 @@ SAFE = Plan(16, 32)  # the rule before plans: every row in float32's and bfloat1
 ROWWISE = Plan(0, 0)  # no GEMM: each row's products summed on their own (for shapes where no GEMM
 # run holds, e.g. a 1-output gate, whose matrix-vector kernel depends on the row count)
 PROBE_ROWS = 32  # row counts 1..PROBE_ROWS are mapped and checked
+_exact = False  # inside `exact()`: plain F.linear (a global, not a thread-local: compiled regions read it)
+
+
+@contextlib.contextmanager
+def exact():
+    """Matmuls inside run as plain F.linear, with the official implementations' kernels: for work that
+    only ever holds one request's rows (its prompt's prefill, its voice's encoding), which no
+    neighbour can change. The engine's one thread sets it around a request's own prefill."""
+    global _exact
+    previous, _exact = _exact, True
+    try:
+        yield
+    finally:
+        _exact = previous
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            plan: Plan = SAFE) -> torch.Tensor:
     """F.linear with every row computed by the same kernel however many rows share the call."""
+    if _exact:
+        return F.linear(x, weight, bias)
     if plan == ROWWISE:
         out = (x.unsqueeze(-2) * weight).sum(-1)  # [..., N]: a reduction per row, whatever the rows
         return out if bias is None else out + bias
