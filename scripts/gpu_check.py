@@ -179,7 +179,7 @@ def predictor(args, deadline: float) -> dict:
 
     from benchmarks.bench import interleaved, real_predictor
     from omni_core.models.code_predictor import predict_kv, predict_reprefill
-    from omni_core.engine import Predictors
+    from omni_core.fast.predictors import Predictors
 
     dtype = getattr(torch, args.dtype)
     hf, cp = real_predictor(dtype, args.device)
@@ -221,7 +221,7 @@ def compiled(args, deadline: float) -> dict:
 
     from benchmarks.bench import interleaved, real_predictor
     from omni_core.models.code_predictor import predict_kv
-    from omni_core.engine import Predictors
+    from omni_core.fast.predictors import Predictors
 
     dtype = getattr(torch, args.dtype)
     _, cp = real_predictor(dtype, args.device)

@@ -20,6 +20,7 @@ def ready(request: SpeechRequest, reply: list[int]):
     """A Sequence as admission leaves it (the reply known, a codec stream), and the tiny model."""
     model = our_pipeline("tiny").model
     seq = Sequence(request, [], model.device, model.dtype)
+    seq.admitted_at = seq.submitted_at  # as the scheduler admits it
     seq.reply, seq.decoder = TextSteps(None, reply, done=True), StreamingDecoder(model.code2wav)
     return seq, model
 

@@ -5,7 +5,6 @@ takes a request out wherever it is."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import torch
@@ -19,38 +18,49 @@ def seq(name: str = "hi") -> Sequence:
     return Sequence(SpeechRequest(name), [], torch.device("cpu"), torch.float32, threading.Event())
 
 
-def test_admission_is_fifo_up_to_max_batch():
+def test_admission_is_fifo_up_to_max_batch_and_starts_the_clock():
     sched = Scheduler(max_batch=2)
     a, b, c = seq("a"), seq("b"), seq("c")
     for s in (a, b, c):
         sched.add(s)
     assert sched.active == 3 and sched.running == []
-    assert sched.admit() == [a, b] and sched.running == [a, b] and list(sched.waiting) == [c]
-    assert sched.admit() == []  # full
+    assert sched.admit(10.0) == [a, b] and sched.running == [a, b] and list(sched.waiting) == [c]
+    assert a.admitted_at == b.admitted_at == 10.0 and c.admitted_at is None
+    assert sched.admit(11.0) == []  # full
     sched.remove(a)
-    assert sched.admit() == [c] and sched.running == [b, c] and sched.active == 2
+    assert sched.admit(12.0) == [c] and sched.running == [b, c] and sched.active == 2 and c.admitted_at == 12.0
 
 
-def test_interrupted_names_cancelled_and_over_budget_requests_running_or_waiting():
+def test_stop_reasons_cancelled_over_budget_from_admission_and_waiting_never_over_budget():
     sched = Scheduler(max_batch=1, time_budget_s=5.0)
-    running, waiting, fine = seq(), seq(), seq()
-    for s in (running, fine, waiting):
-        sched.add(s)
-    sched.admit()
-    assert sched.interrupted() == []
-    running.cancel.set()
-    waiting.t0 = time.perf_counter() - 10  # taken in 10 s ago
-    assert sched.interrupted() == [(running, "cancelled"), (waiting, "time_budget")]
-    assert any("5 s time budget" in w for w in waiting.stats.warnings)
+    running, waiting = seq(), seq()
+    sched.add(running), sched.add(waiting)
+    sched.admit(100.0)
+    assert sched.stop_reason(running, 104.0) is None
+    assert sched.stop_reason(waiting, 1000.0) is None  # waiting: its budget has not started
+    assert sched.stop_reason(running, 106.0) == "time_budget"
+    assert any("5 s time budget" in w for w in running.stats.warnings)
+    waiting.cancel.set()
+    assert sched.stop_reason(waiting, 1000.0) == "cancelled"  # a waiting request can be cancelled
     sched.time_budget_s = None
-    assert sched.interrupted() == [(running, "cancelled")]  # no budget: only the cancel
+    assert sched.stop_reason(running, 10_000.0) is None  # no budget
+
+
+def test_a_reader_far_behind_is_paused_then_stopped_when_it_stays_away():
+    sched = Scheduler(max_batch=1, max_unread=3, stall_s=60.0)
+    s = seq()
+    sched.add(s), sched.admit(0.0)
+    s.codes = [None] * 5  # five frames made, none read
+    assert sched.stop_reason(s, 1.0) is None and s.paused and sched.rows() == [] and sched.idle
+    assert sched.stop_reason(s, 30.0) is None
+    assert sched.stop_reason(s, 62.0) == "stalled"
 
 
 def test_remove_takes_a_request_out_wherever_it_is():
     sched = Scheduler(max_batch=1)
     a, b = seq(), seq()
     sched.add(a), sched.add(b)
-    sched.admit()
+    sched.admit(0.0)
     sched.remove(b)
     assert list(sched.waiting) == [] and sched.running == [a]
     sched.remove(a)

@@ -4,7 +4,6 @@ when its talker can start, its frame limit, its stop reasons, and what release l
 from __future__ import annotations
 
 import threading
-import time
 
 import torch
 
@@ -71,13 +70,14 @@ def test_frame_limit_is_the_requests_or_scales_with_the_finished_reply():
     assert [default_text_tokens(n) for n in (3, 100, 1000)] == [16, 100, 256]
 
 
-def test_interrupted_says_why_and_release_lets_go():
+def test_unread_and_paused_follow_the_reader_and_release_lets_go():
     s = seq()
-    assert s.interrupted(None) is None and s.interrupted(60.0) is None
-    s.t0 = time.perf_counter() - 2
-    assert s.interrupted(1.0) == "time_budget" and "1 s time budget" in s.stats.warnings[-1]
-    s.cancel.set()
-    assert s.interrupted(1.0) == "cancelled"
+    assert s.admitted_at is None and not s.paused  # the clock starts at admission (the scheduler's)
+    s.codes = [None] * 4
+    s.frames_read = 1
+    assert s.unread == 3
+    s.paused_since = 5.0
+    assert s.paused
     s.thinker_cache = s.talker_cache = s.decoder = object()
     s.hidden, s.last_embeds = torch.zeros(1, 4), torch.zeros(1, 15, 4)
     s.emit("event")

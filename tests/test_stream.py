@@ -1,25 +1,26 @@
-"""`Stream` (omni_core/engine/stream.py): submits its request on the first next(), yields events
-until Done (keeping the Result), raises a failed request's error, and stops the request on close."""
+"""`Stream` (omni_core/engine/stream.py): reads the events of a request already handed to the engine
+until Done (keeping the Result), counts the frames read (a reader far behind is paused), raises a
+failed request's error, never waits on a dead engine, and stops the request on close or drop."""
 
 from __future__ import annotations
-
 
 import numpy as np
 import pytest
 import torch
 
-from omni_core import Done, Result, SpeechRequest, Stats, TextDelta
-from omni_core.engine.output import Failed
+from omni_core import Done, Frame, Result, SpeechRequest, Stats, TextDelta
+from omni_core.engine.output import EngineError, Failed
 from omni_core.engine.sequence import Sequence
 from omni_core.engine.stream import Stream
 
 
 class FakeEngine:
     def __init__(self):
-        self.submitted = []
+        self.error = None
 
-    def submit(self, *seqs):
-        self.submitted.extend(seqs)
+    def check_alive(self):
+        if self.error is not None:
+            raise self.error
 
 
 def make() -> tuple[FakeEngine, Sequence, Stream]:
@@ -32,13 +33,14 @@ def result() -> Result:
     return Result(np.zeros((0, 16), np.int64), np.zeros(0, np.float32), "hi", [], [], Stats(stopped="eos"))
 
 
-def test_submits_once_on_first_next_and_ends_after_done():
-    engine, seq, stream = make()
-    delta, done = TextDelta("hi", [1]), Done(result())
-    seq.emit(delta), seq.emit(done)
-    assert engine.submitted == [] and stream.result is None
-    assert list(stream) == [delta, done]
-    assert engine.submitted == [seq] and stream.ended and stream.result is done.result
+def test_reads_until_done_counting_frames_and_keeps_the_result():
+    _, seq, stream = make()
+    delta, frame, done = TextDelta("hi", [1]), Frame(0, np.zeros(16, np.int64), np.ones(16, np.float32), 1.0, 2.0), Done(result())
+    for event in (delta, frame, done):
+        seq.emit(event)
+    assert stream.result is None
+    assert list(stream) == [delta, frame, done]
+    assert seq.frames_read == 1 and stream.ended and stream.result is done.result
     with pytest.raises(StopIteration):
         next(stream)
 
@@ -51,12 +53,14 @@ def test_a_failed_request_raises_its_error_and_ends():
     assert stream.ended and list(stream) == []
 
 
-def test_marked_submitted_is_not_submitted_again():
+def test_a_dead_engine_ends_the_wait_with_its_error_after_what_it_sent():
     engine, seq, stream = make()
-    stream.mark_submitted()
-    seq.emit(Done(result()))
-    next(stream)
-    assert engine.submitted == []
+    seq.emit(TextDelta("hi", [1]))
+    engine.error = EngineError("the engine thread died")
+    assert isinstance(next(stream), TextDelta)  # what it put there before it went down
+    with pytest.raises(EngineError, match="died"):
+        next(stream)
+    assert stream.ended
 
 
 def test_what_the_engine_made_and_why_it_stopped():
@@ -81,6 +85,7 @@ def test_dropping_a_submitted_unfinished_stream_cancels_it():
     next(stream)
     del stream  # no reference cycle: CPython runs __del__ here
     assert seq.cancel.is_set()
-    _, unsubmitted, stream = make()
+    _, finished, stream = make()
+    finished.release()
     del stream
-    assert not unsubmitted.cancel.is_set()  # never handed to the engine: nothing to stop
+    assert not finished.cancel.is_set()  # already released by the engine: nothing to stop

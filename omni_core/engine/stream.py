@@ -46,12 +46,12 @@ class Stream:
             except queue.Empty:
                 try:
                     self._engine.check_alive()
-                except EngineError:
+                except EngineError as down:
                     try:
                         return events.get_nowait()  # what the engine put there before it went down
                     except queue.Empty:
                         self.ended = True
-                        raise
+                        raise down from None
 
     @property
     def frames_made(self) -> int:
