@@ -38,8 +38,8 @@ out = {}
 for source in sys.argv[2:]:
     repo, _, revision = source.partition("@")
     try:
-        pipe = load_pipeline(repo, device="cpu", dtype="float32", revision=revision or None)
-        out[source] = pipe.generate(SpeechRequest(%r, max_frames=%d)).codes.tolist()
+        with load_pipeline(repo, device="cpu", dtype="float32", revision=revision or None) as pipe:
+            out[source] = pipe.generate(SpeechRequest(%r, max_frames=%d)).codes.tolist()
     except CheckpointError as e:
         out[source] = str(e)
 print(json.dumps(out))
