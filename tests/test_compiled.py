@@ -17,8 +17,14 @@ from tests.conftest import our_pipeline
 
 @functools.lru_cache(maxsize=None)
 def compiled_pipeline(preset: str):
-    # At most 4 requests per step: predictor buckets 1 and 4 (each compiles for a minute or more).
-    return load_pipeline(preset, device="cpu", compile=True, max_batch=4)
+    """One compiled pipeline per preset for the whole session (each graph compiles for a minute or more).
+    At most 4 requests per step: predictor buckets 1 and 4. 'tiny' is warmed up at once, as
+    `app.py --compile` does: every path compiled before its first request (which
+    test_after_warm_up_nothing_compiles_again holds it to, and which the other tests then reuse)."""
+    pipe = load_pipeline(preset, device="cpu", compile=True, max_batch=4)
+    if preset == "tiny":
+        pipe.warm_up()
+    return pipe
 
 
 FRAMES = 70  # past the talker cache's first capacity (prompt + 64): it grows inside the compiled step
@@ -27,6 +33,17 @@ FRAMES = 70  # past the talker cache's first capacity (prompt + 64): it grows in
 def request(predictor: str, do_sample: bool = False, frames: int = FRAMES) -> SpeechRequest:
     return SpeechRequest("Tell me about the sea.", mode="chat", predictor=predictor, do_sample=do_sample, seed=3,
                          max_frames=frames, max_text_tokens=8)
+
+
+def test_after_warm_up_nothing_compiles_again():
+    """warm_up() compiles every path a request takes, so no user request waits for the compiler:
+    not a longer reply, not a talker cache that grows, not speak mode. First in this file, so that
+    no other test's request has compiled anything the warm-up missed."""
+    pipe = compiled_pipeline("tiny")  # warmed up when it was made, before any request
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for mode, predictor in (("chat", "kv"), ("speak", "reprefill")):
+            pipe.generate(SpeechRequest("A longer request than the warm-up.", mode=mode, predictor=predictor,
+                                        max_frames=100, max_text_tokens=12))
 
 
 @pytest.mark.parametrize("predictor,do_sample", [("kv", False), ("reprefill", False), ("kv", True)])
@@ -97,17 +114,6 @@ def test_each_compiled_predictor_keeps_its_own_frozen_weights():
     assert not torch.equal(want[0], want[1])
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
-
-
-def test_after_warm_up_nothing_compiles_again():
-    """warm_up() compiles every path a request takes, so no user request waits for the compiler:
-    not a longer reply, not a talker cache that grows, not speak mode."""
-    pipe = load_pipeline("tiny", device="cpu", compile=True, max_batch=4)
-    pipe.warm_up()
-    with torch._dynamo.config.patch(error_on_recompile=True):
-        for mode, predictor in (("chat", "kv"), ("speak", "reprefill")):
-            pipe.generate(SpeechRequest("A longer request than the warm-up.", mode=mode, predictor=predictor,
-                                        max_frames=100, max_text_tokens=12))
 
 
 def test_concurrent_compiled_requests_equal_their_solo_runs():
