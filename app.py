@@ -14,7 +14,8 @@ def main() -> None:
         pipe = load_pipeline(args.model, device=args.device, dtype=args.dtype, threads=args.threads,
                              time_budget_s=args.time_budget, compile=args.compile,
                              revision=args.revision, force=args.force,
-                             max_batch=args.max_batch, max_waiting=args.max_waiting)
+                             max_batch=args.max_batch, max_waiting=args.max_waiting,
+                             batch_invariant=args.batch_invariant)
         print(pipe.load_report, flush=True)
         if args.compile:
             pipe.warm_up()

@@ -49,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="CPU threads for the engine's kernels (default: all cores; one engine thread runs every request)")
     parser.add_argument("--max-batch", type=_at_least_one, default=MAX_BATCH,
                         help=f"requests the engine advances together in one step (default: {MAX_BATCH}); more wait in the queue")
+    parser.add_argument("--no-batch-invariance", dest="batch_invariant", action="store_false",
+                        help="plain matmuls: a little faster for batches of float32 rows, but a request beside "
+                             "others may get other codes than alone (default: batch-invariant)")
     parser.add_argument("--max-waiting", type=_at_least_zero, default=None,
                         help="requests that may wait for a batch slot (default: 4 x --max-batch); more are refused "
                              "with a message")

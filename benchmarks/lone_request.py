@@ -21,22 +21,15 @@ from pathlib import Path
 import torch
 
 from benchmarks.bench import copy_bandwidth, frame_weight_bytes, interleaved, machine, print_section, real_predictor
-from omni_core.models.invariant import SAFE, Linear, Plan, plan_linears
-
-PLAIN = Plan(1, 1 << 30)  # one F.linear per call, whatever the rows: not batch-invariant
+from omni_core.models.invariant import PLAIN, SAFE, Plan, plan_linears, use_plan
 
 
 def use(modules, plan: Plan | None, chosen: dict) -> None:
     """Give every matmul in `modules` `plan`, or (None) the plan chosen for its shape."""
     if plan is None:
         plan_linears(modules, chosen)
-        return
-    for root in modules:
-        for m in root.modules():
-            if isinstance(m, Linear):
-                m.plan = plan
-            elif hasattr(m, "plan_weights"):
-                m.plans = [plan] * len(m.plan_weights())
+    else:
+        use_plan(modules, plan)
 
 
 def variants(modules, chosen: dict):

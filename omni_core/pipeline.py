@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from omni_core.audio import MAX_SECONDS, SAMPLE_RATE, clean_audio
 from omni_core.engine import Engine, Sequence, SpeechModel, Stream
 from omni_core.engine.scheduler import MAX_UNREAD, STALL_S, Scheduler
 from omni_core.events import Done, Result
 from omni_core.fast.predictors import Predictors
 from omni_core.loading.recipe import LoadedModel, load_model
-from omni_core.audio import MAX_SECONDS, SAMPLE_RATE, clean_audio
+from omni_core.models.invariant import PLAIN, use_plan
 from omni_core.models.qwen3_tts import voices
 from omni_core.models.qwen3_tts.prompt import PromptBuilder
 from omni_core.request import OMNI_ABILITIES, RequestError, SpeechRequest
@@ -30,7 +31,7 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
                   threads: int | None = None, time_budget_s: float | None = None,
                   compile: bool = False, revision: str | None = None, force: bool = False,
                   max_batch: int = 16, max_waiting: int | None = None, max_unread: int = MAX_UNREAD,
-                  stall_s: float = STALL_S) -> "Pipeline":
+                  stall_s: float = STALL_S, batch_invariant: bool = True) -> "Pipeline":
     """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape; 'tiny-tts' a Qwen3-TTS
     CustomVoice one), a checkpoint directory (Qwen3-Omni, or Qwen3-TTS: model_type qwen3_tts), or a hub
     id ('Qwen/Qwen3-Omni-30B-A3B-Instruct', 'Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice', fetched into the
@@ -52,6 +53,9 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     max_unread: a request whose reader is more than this many frames behind is paused (its row leaves
     the batch, it keeps its slot) until the reader catches up; stall_s: paused that long, it is stopped
     ("stalled").
+    batch_invariant: True (the default): a request's codes do not depend on what runs beside it (each
+    matmul's batch-invariant plan, models/invariant.py); False: plain matmuls, a little faster for
+    batches of float32 rows (BENCHMARKS.md (h)), and a request beside others may get other codes.
     Close the pipeline (`close()`, or `with load_pipeline(...) as pipe:`) to end its engine thread."""
     options = dict(time_budget_s=time_budget_s, max_waiting=max_waiting, max_unread=max_unread, stall_s=stall_s)
     Scheduler(max_batch, **options)  # a bad option fails now, not after loading
@@ -59,7 +63,11 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
         torch.set_num_threads(max(1, int(threads)))
     loaded = load_model(source, device=device, dtype=dtype, revision=revision, force=force)
     log.info(loaded.report)
-    return Pipeline(loaded, max_batch=max_batch, compile=compile, **options)
+    if not batch_invariant:
+        use_plan(loaded.modules.values(), PLAIN)
+    pipe = Pipeline(loaded, max_batch=max_batch, compile=compile, **options)
+    pipe.batch_invariant = bool(batch_invariant)
+    return pipe
 
 
 class Pipeline:
@@ -72,6 +80,7 @@ class Pipeline:
         self.talker, self.code2wav = loaded.modules["talker"], loaded.modules["code2wav"]
         self.speaker_encoder = loaded.modules.get("speaker_encoder")
         self.device, self.dtype = loaded.device, loaded.dtype
+        self.batch_invariant = True  # load_pipeline(batch_invariant=False) turns it off
         self.source, self.random_weights, self.load_report = loaded.source, loaded.random_weights, loaded.report
         self.speakers = sorted(self.config.speakers)
         self.default_speaker = "ethan" if "ethan" in self.config.speakers else (self.speakers or [None])[0]
@@ -94,6 +103,7 @@ class Pipeline:
         return dict(
             source=self.source, name=Path(self.source).name or self.source, random_weights=self.random_weights,
             device=str(self.device), dtype=str(self.dtype).replace("torch.", ""), compiled=self.compiled,
+            batch_invariant=self.batch_invariant,
             cuda_available=torch.cuda.is_available(), **self.abilities,
             default_speaker=self.default_speaker, sample_rate=cfg.sample_rate,
             samples_per_frame=cfg.codec.samples_per_frame,

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from omni_core.models.invariant import ROWWISE, SAFE, Linear, Plan, choose, holds, linear, plan_linears
+from omni_core.models.invariant import PLAIN, ROWWISE, SAFE, Linear, Plan, choose, holds, linear, plan_linears
 
 from .conftest import our_pipeline
 
@@ -95,3 +95,14 @@ def test_inside_exact_a_call_is_plain_f_linear():
     with exact():
         assert torch.equal(linear(x, weight, None, plan), F.linear(x, weight))
     assert not torch.equal(linear(x, weight, None, plan), F.linear(x, weight))  # and only inside
+
+
+def test_a_pipeline_without_batch_invariance_runs_plain_matmuls():
+    """load_pipeline(batch_invariant=False): every matmul one plain F.linear (the option for people who
+    never batch, or accept other codes beside others); the default keeps the chosen plans."""
+    from omni_core import load_pipeline
+
+    with load_pipeline("tiny", device="cpu", batch_invariant=False) as plain:
+        linears = [m for m in plain.talker.modules() if isinstance(m, Linear)]
+        assert {m.plan for m in linears} == {PLAIN} and plain.info["batch_invariant"] is False
+    assert our_pipeline("tiny").info["batch_invariant"] is True

@@ -41,6 +41,7 @@ class Plan(NamedTuple):
 
 
 SAFE = Plan(16, 32)  # the rule before plans: every row in float32's and bfloat16's 16-32 row kernel
+PLAIN = Plan(1, 1 << 30)  # one F.linear per call whatever the rows: the fastest, not batch-invariant
 ROWWISE = Plan(0, 0)  # no GEMM: each row's products summed on their own (for shapes where no GEMM
 # run holds, e.g. a 1-output gate, whose matrix-vector kernel depends on the row count)
 PROBE_ROWS = 32  # row counts 1..PROBE_ROWS are mapped and checked
@@ -129,6 +130,16 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias, self.plan)
+
+
+def use_plan(modules, plan: Plan) -> None:
+    """Give every matmul in `modules` one plan (PLAIN: a pipeline without batch invariance)."""
+    for root in modules:
+        for module in root.modules():
+            if isinstance(module, Linear):
+                module.plan = plan
+            elif hasattr(module, "plan_weights"):
+                module.plans = [plan] * len(module.plan_weights())
 
 
 def plan_linears(modules, chosen: dict | None = None) -> dict:
