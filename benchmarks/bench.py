@@ -146,7 +146,7 @@ def bench_predictor(repeats: int, device: str = "cpu", batches=(1, 4, 16), dtype
                     compiled_dtypes=("float32",)) -> dict:
     """Compiled KV only in `compiled_dtypes`: at this size each (dtype, batch) compiles for about
     three minutes on 2 cores the first time."""
-    from omni_core.models.code_predictor import GREEDY, predict_kv, predict_reprefill
+    from omni_core.models.code_predictor import predict_kv, predict_reprefill
     from omni_core.fast.compiled import CompiledPredictors
 
     out = {}
@@ -327,7 +327,7 @@ def bench_predictor_rows(repeats: int, batches=(1, 8)) -> dict:
 # ---- (e) CUDA graphs ------------------------------------------------------------------------
 
 def bench_cuda_graph(repeats: int) -> dict:
-    from omni_core.models.code_predictor import GREEDY, predict_kv, predict_reprefill
+    from omni_core.models.code_predictor import predict_kv, predict_reprefill
     from omni_core.fast.cuda_graph import GraphPredictor
 
     out = {}
@@ -347,6 +347,12 @@ def bench_cuda_graph(repeats: int) -> dict:
 
 
 # ---- report ---------------------------------------------------------------------------------
+
+def write_results(results: dict, json_path: str) -> None:
+    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(json_path).write_text(json.dumps(results, indent=2))
+    print(f"wrote {json_path}")
+
 
 def bench_lone_request(quick: bool, json_path: str) -> dict:
     from benchmarks import lone_request  # it imports this module's helpers
@@ -390,9 +396,7 @@ def main(quick: bool = False, json_path: str = "bench_results/bench.json", gpu_o
         print(f"== {key}", flush=True)
         results[key] = run()
         print_section(key, results[key])
-    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(json_path).write_text(json.dumps(results, indent=2))
-    print(f"wrote {json_path}")
+    write_results(results, json_path)
     return 0
 
 

@@ -15,12 +15,11 @@ Every comparison runs interleaved in one process on the same weights:
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import torch
 
-from benchmarks.bench import copy_bandwidth, frame_weight_bytes, interleaved, machine, print_section, real_predictor
+from benchmarks.bench import (copy_bandwidth, frame_weight_bytes, interleaved, machine, print_section, real_predictor,
+                              write_results)
 from omni_core.models.invariant import PLAIN, SAFE, Plan, plan_linears, use_plan
 
 
@@ -114,9 +113,7 @@ def main(quick: bool = False, json_path: str = "bench_results/lone_request.json"
     if "2" in only:
         results["h2_tiny_end_to_end"] = bench_tiny(reps)
         print_section("h2", results["h2_tiny_end_to_end"])
-    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(json_path).write_text(json.dumps(results, indent=2))
-    print(f"wrote {json_path}")
+    write_results(results, json_path)
     return results
 
 

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.bench import copy_bandwidth, frame_weight_bytes, interleaved, machine, print_section
+from benchmarks.bench import copy_bandwidth, frame_weight_bytes, interleaved, machine, print_section, write_results
 from omni_core import SpeechRequest, load_pipeline
 from omni_core.engine.output import MAX_CHUNK_FRAMES
 from omni_core.events import Done, Frame
@@ -269,9 +269,7 @@ def main(quick: bool = False, json_path: str = "bench_results/tts.json", layers:
             if reference is not None:
                 reference.close()
     print_table(results)
-    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(json_path).write_text(json.dumps(results, indent=2))
-    print(f"wrote {json_path}")
+    write_results(results, json_path)
     return results
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from omni_core.models.invariant import ONE_BY_ONE, PLAIN, ROWWISE, SAFE, SMALL_BYTES, Linear, Plan, choose, holds, linear, plan_linears
+from omni_core.models.invariant import ONE_BY_ONE, PLAIN, ROWWISE, SAFE, SMALL_BYTES, Linear, Plan, choose, holds, linear
 
 from .conftest import our_pipeline
 
