@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from omni_core.models.invariant import ONE_BY_ONE, PLAIN, ROWWISE, SAFE, SMALL_BYTES, Linear, Plan, choose, holds, linear
+from omni_core.models.invariant import PLAIN, ROWWISE, SAFE, Linear, Plan, choose, holds, linear
 
 from .conftest import our_pipeline
 
@@ -57,7 +57,7 @@ def test_a_gate_with_one_output_where_no_gemm_run_holds_sums_row_by_row():
     for K in (64, 1024):
         weight, _, _ = weights(K, 1, torch.float32)
         assert not holds(SAFE, weight) and holds(ROWWISE, weight)
-        assert choose(weight, None, {}) == ONE_BY_ONE  # small: one call per row, plain and invariant
+        assert choose(weight, None, {}) == ROWWISE
 
 
 def test_the_cheapest_plan_that_holds_is_chosen_per_shape_and_cached():
@@ -84,9 +84,9 @@ def test_a_loaded_pipeline_has_a_plan_that_holds_for_every_matmul():
     linears = {tuple(m.weight.shape): m for root in modules for m in root.modules() if isinstance(m, Linear)}
     for m in linears.values():  # one per shape: the plan chosen at load holds
         assert holds(m.plan, m.weight, m.bias), (tuple(m.weight.shape), m.plan)
-    for shape, m in linears.items():  # weights ≤ 256 KB: a call costs its dispatch, so a lone row runs as
-        small = m.weight.numel() * m.weight.element_size() <= SMALL_BYTES  # one plain call, a batch as a
-        assert (m.plan == ONE_BY_ONE) == small and m.plan != SAFE, shape  # call per row
+    assert all(m.plan != SAFE for m in linears.values())  # cheaper than the old rule everywhere; the tiny
+    # shared-expert gate (N = 1), where no GEMM run holds (nor the old rule), sums its products row by row
+    assert linears[(1, 64)].plan == ROWWISE
     experts = [m for root in modules for m in root.modules() if hasattr(m, "plan_weights")]
     assert experts and all(len(m.plans) == len(m.plan_weights()) for m in experts)
     for m in experts:

@@ -16,7 +16,6 @@ row counts with the smallest first count is taken, then checked at every positio
 
   float32   pad 2 / chunk 15   a lone row pays a 2-row GEMM (~1.05x a 1-row call)
   bfloat16  pad 1 / chunk 32   no padding at all; pad 2 / chunk 32 at K = 6144
-  ≤ 256 KB  one call per row      a tiny model's weights: a call costs its dispatch, not its reads
   otherwise pad 16 / chunk 32  the safe rule (every row in the 16-32 class), if it holds,
             or ROWWISE: no GEMM, each row's products summed alone (a 1-output gate)
 
@@ -46,8 +45,6 @@ PLAIN = Plan(1, 1 << 30)  # one F.linear per call whatever the rows: the fastest
 ROWWISE = Plan(0, 0)  # no GEMM: each row's products summed on their own (for shapes where no GEMM
 # run holds, e.g. a 1-output gate, whose matrix-vector kernel depends on the row count)
 PROBE_ROWS = 32  # row counts 1..PROBE_ROWS are mapped and checked
-ONE_BY_ONE = Plan(1, 1)  # each row its own call: trivially invariant, for weights small enough that a call
-SMALL_BYTES = 256 * 1024  # costs its dispatch, not its reads (a tiny model's): a lone row pays no padding
 _exact = False  # inside `exact()`: plain F.linear (a global, not a thread-local: compiled regions read it)
 
 
@@ -118,13 +115,12 @@ def runs(weight: torch.Tensor, bias: torch.Tensor | None = None, seed: int = 0) 
 def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict) -> Plan:
     """The cheapest plan that holds for this weight's shape and dtype (cached in `chosen`): the run of
     row counts with the smallest first count (a lone row pays for that many rows) that is more than one
-    count long and passes `holds`; else SAFE if it holds; else ROWWISE. A small weight (dispatch-bound)
-    takes ONE_BY_ONE first: a lone row runs as one plain call, a batch as a call per row."""
+    count long and passes `holds`; else SAFE if it holds; else ROWWISE. (One call per row would spare
+    a tiny model's lone row its padding, but a compiled frame of B rows would hold B times the kernels:
+    one inductor C++ build ran for over 8 minutes.)"""
     key = (tuple(weight.shape), weight.dtype, weight.device.type, bias is not None)
     if key not in chosen:
-        small = weight.numel() * weight.element_size() <= SMALL_BYTES
-        candidates = [ONE_BY_ONE] * small + [Plan(first, last) for first, last in runs(weight, bias)
-                                             if last > first] + [SAFE]
+        candidates = [Plan(first, last) for first, last in runs(weight, bias) if last > first] + [SAFE]
         chosen[key] = next((p for p in candidates if holds(p, weight, bias)), ROWWISE)
     return chosen[key]
 
