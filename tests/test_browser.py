@@ -40,6 +40,20 @@ def page(app_server, tmp_path_factory):
         browser.close()
 
 
+def fill_number(page, elem_id: str, value: int | str) -> None:
+    """Type into a number box and leave it, as a person does, and see that the box kept the value (a box
+    in an accordion that has just opened can still be re-rendered under a fast typist)."""
+    box = page.locator(f"#{elem_id} input")
+    sync_api.expect(box).to_be_editable(timeout=TIMEOUT_MS)
+    for _ in range(3):
+        box.fill(str(value))
+        box.press("Tab")
+        if box.input_value() == str(value):
+            return
+        page.wait_for_timeout(200)
+    sync_api.expect(box).to_have_value(str(value))
+
+
 def set_max_frames(page, frames: int) -> None:
     box = page.locator("#max-frames input[type=number]")
     box.fill(str(frames))

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from .test_browser import ARGS, CHROMIUM, SCREENSHOTS, TIMEOUT_MS, generate_and_wait, set_max_frames, sync_api
+from .test_browser import (ARGS, CHROMIUM, SCREENSHOTS, TIMEOUT_MS, fill_number, generate_and_wait, set_max_frames,
+                           sync_api)
 
 pytestmark = pytest.mark.skipif(not __import__("os").path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}")
 
@@ -92,11 +93,10 @@ def test_playhead_moves_while_audio_plays(page):
 
 def test_edit_a_codebook_and_hear_the_redecode(page):
     page.locator("#surgery").get_by_text("Code surgery").click()
-    page.locator("#edit-codebook input").fill("2")
-    page.locator("#edit-start input").fill("5")
-    page.locator("#edit-end input").fill("20")
+    for elem_id, value in (("edit-codebook", 2), ("edit-start", 5), ("edit-end", 20)):
+        fill_number(page, elem_id, value)
     page.locator("#edit-apply").click()
-    page.wait_for_function("() => document.querySelector('#edit-log')?.innerText.includes('CB2 frames 5..20')")
+    sync_api.expect(page.locator("#edit-log")).to_contain_text("CB2 frames 5..20", timeout=TIMEOUT_MS)  # says what it saw if not
     page.wait_for_function("() => document.querySelector('#heatmap .gtitle')?.textContent.includes('16 edited cells')")
     # The inspected frame (17, inside the edit) is redrawn with CB2 marked as dropped.
     page.wait_for_function("() => document.querySelector('#inspector')?.innerText.includes('dropped')")
@@ -112,7 +112,7 @@ def test_edit_a_codebook_and_hear_the_redecode(page):
         page.set_viewport_size({"width": 1400, "height": 1000})
     play(page, "audio-edit")
     shot(page, "surgery")
-    page.locator("#edit-codebook input").fill("16")
+    fill_number(page, "edit-codebook", 16)
     page.locator("#edit-apply").click()
     page.get_by_text("codebook 16 is outside 0..15").first.wait_for()
     page.locator("#edit-restore").click()
