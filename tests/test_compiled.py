@@ -9,10 +9,15 @@ import functools
 import numpy as np
 import pytest
 import torch
+from torch._dynamo.utils import counters
 from torch.profiler import profile
 
 from omni_core import SpeechRequest, load_pipeline
+from omni_core.fast.buckets import buckets_up_to
 from tests.conftest import our_pipeline
+
+
+WARM_UP_GRAPHS: dict[str, int] = {}  # preset → graphs dynamo compiled while it warmed up
 
 
 @functools.lru_cache(maxsize=None)
@@ -23,7 +28,9 @@ def compiled_pipeline(preset: str):
     test_after_warm_up_nothing_compiles_again holds it to, and which the other tests then reuse)."""
     pipe = load_pipeline(preset, device="cpu", compile=True, max_batch=4)
     if preset == "tiny":
+        before = counters["stats"]["unique_graphs"]
         pipe.warm_up()
+        WARM_UP_GRAPHS[preset] = counters["stats"]["unique_graphs"] - before
     return pipe
 
 
@@ -40,6 +47,9 @@ def test_after_warm_up_nothing_compiles_again():
     not a longer reply, not a talker cache that grows, not speak mode. First in this file, so that
     no other test's request has compiled anything the warm-up missed."""
     pipe = compiled_pipeline("tiny")  # warmed up when it was made, before any request
+    # Each predictor frame once per bucket (1, 4), one step per stack: nothing compiled twice (a rotary
+    # table first built inside a graph once made the warm-up's own first request compile a frame again).
+    assert WARM_UP_GRAPHS["tiny"] == 2 * len(buckets_up_to(4)) + 2
     with torch._dynamo.config.patch(error_on_recompile=True):
         for mode, predictor in (("chat", "kv"), ("speak", "reprefill")):
             pipe.generate(SpeechRequest("A longer request than the warm-up.", mode=mode, predictor=predictor,
@@ -102,14 +112,15 @@ def test_each_compiled_predictor_keeps_its_own_frozen_weights():
     from omni_core.fast.compiled import CompiledPredictors
     from tests.test_code_predictor import inputs
 
-    pipe = our_pipeline("tiny")
+    pipe = compiled_pipeline("tiny")  # its predictor's bucket-4 frames are compiled (warm-up)
     first = pipe.talker.code_predictor
     second = copy.deepcopy(first)
     for head in second.lm_head:
         head.weight.data = head.weight.data.flip(0)  # other codes, same shapes
     h, e0 = inputs(pipe, batch=2)
     noise, greedy = torch.ones(15, 2, 2048), torch.ones(2, dtype=torch.bool)
-    got = [CompiledPredictors(cp).run("kv", h, e0, noise, greedy)[0] for cp in (first, second)]
+    compiled = [pipe.predictors.compiled, CompiledPredictors(second)]  # the second compiles its own frame
+    got = [c.run("kv", h, e0, noise, greedy)[0] for c in compiled]
     want = [predict_kv(cp, h, e0)[0] for cp in (first, second)]
     assert not torch.equal(want[0], want[1])
     for g, w in zip(got, want):
