@@ -117,11 +117,14 @@ def test_each_compiled_predictor_keeps_its_own_frozen_weights():
     second = copy.deepcopy(first)
     for head in second.lm_head:
         head.weight.data = head.weight.data.flip(0)  # other codes, same shapes
-    h, e0 = inputs(pipe, batch=2)
-    noise, greedy = torch.ones(15, 2, 2048), torch.ones(2, dtype=torch.bool)
-    compiled = [pipe.predictors.compiled, CompiledPredictors(second)]  # the second compiles its own frame
-    got = [c.run("kv", h, e0, noise, greedy)[0] for c in compiled]
-    want = [predict_kv(cp, h, e0)[0] for cp in (first, second)]
+    with torch.no_grad():  # as the engine calls it
+        h, e0 = inputs(pipe, batch=2)
+        noise, greedy = torch.ones(15, 2, 2048), torch.ones(2, dtype=torch.bool)
+        compiled = [pipe.predictors.compiled, CompiledPredictors(second)]
+        before = counters["stats"]["unique_graphs"]
+        got = [c.run("kv", h, e0, noise, greedy)[0] for c in compiled]
+        assert counters["stats"]["unique_graphs"] == before + 1  # the first reuses its frame; the second has its own
+        want = [predict_kv(cp, h, e0)[0] for cp in (first, second)]
     assert not torch.equal(want[0], want[1])
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
