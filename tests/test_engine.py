@@ -46,7 +46,7 @@ def collect(stream: Stream):
 def assert_same(got, want):
     np.testing.assert_array_equal(got.codes, want.codes)
     assert got.text_ids == want.text_ids
-    np.testing.assert_allclose(got.audio, want.audio, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(got.audio, want.audio)  # the codec decodes rows together, each as alone
 
 
 def staggered(pipe, requests, after_frames: int = 3):
@@ -248,8 +248,8 @@ def test_a_failing_request_fails_alone(monkeypatch):
     push, prompt = pipe.code2wav.forward, TalkerPromptBuilder.prompt
     broken_prompt = pipe.chat_prompt("Who?")
 
-    def failing_push(codes, *args, **kwargs):  # faults on the doomed request's codes only
-        if codes.shape[-1] and (codes[0, :, 0].cpu().numpy() == doomed_first).all():
+    def failing_push(codes, *args, **kwargs):  # faults on a call holding the doomed request's codes
+        if codes.shape[-1] and any((row[:, 0].cpu().numpy() == doomed_first).all() for row in codes):
             raise RuntimeError("codec push failed for this request")
         return push(codes, *args, **kwargs)
 

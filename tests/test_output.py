@@ -1,6 +1,7 @@
 """What a request gives back (omni_core/engine/output.py): a Frame per frame, audio chunks of 1, 2, 4,
-8, 8, ... frames, and the Result (zero frames too); compare mode counts mismatches; a failure is
-handed to the stream. Driven by hand with made-up codes on the tiny model's codec."""
+8, 8, ... frames, and the Result (zero frames too); rows due at the same stream position and chunk
+length decode in one codec call, newcomers first, each bit for bit as alone; compare mode counts
+mismatches; a failure is handed to the stream. Driven by hand with made-up codes on the tiny model's codec."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def add(seq, model, i: int, other=None, batch: int = 1) -> None:
                  torch.full((1, 15, 5), 0.1))
     output.add_frame(seq, torch.tensor([i]), torch.tensor([0.5]), torch.full((1, 5), i), torch.full((1, 5), 0.1),
                      predicted, other, 1.0, 2.0, batch, model)
+    if output.audio_due(seq):  # as the engine's step does (for a group of one)
+        output.decode_together([seq], model)
 
 
 def drain(seq) -> list:
@@ -64,6 +67,40 @@ def test_audio_comes_in_chunks_of_1_2_4_8_8_frames_and_the_result_has_everything
     assert (s.frames, s.stopped, s.batch_max, s.batch_mean) == (23, "max_frames", 2, np.mean([1 + i % 2 for i in range(23)]))
     assert s.audio_s == len(r.audio) / 24000 and s.rtf == s.total_s / s.audio_s and s.mismatches is None
     assert r.text == "Hello." and r.text_ids == [72, 105] and s.text_tokens == 2
+
+
+def record(seq, model, frames: range, offset: int = 0) -> None:
+    """Frames without decoding them (the engine decodes after every row's frame is in)."""
+    C = model.config.talker.hidden_size
+    for i in frames:
+        codes = (torch.arange(i + 1, i + 16)[None] + offset) % 2048
+        output.add_frame(seq, torch.tensor([i]), torch.tensor([0.5]), torch.full((1, 5), i),
+                         torch.full((1, 5), 0.1), (codes, torch.full((1, 15), 0.5), torch.zeros(1, 15, C),
+                                                   codes[..., None].repeat(1, 1, 5), torch.full((1, 15, 5), 0.1)),
+                         None, 1.0, 2.0, 1, model)
+
+
+def test_rows_at_one_position_decode_together_newcomers_first_each_as_alone():
+    old = [ready(SpeechRequest("Hello.", max_frames=9), [72, model_im_end()])[0] for _ in range(2)]
+    new, model = ready(SpeechRequest("Hi.", max_frames=9), [72, model_im_end()])
+    solo, _ = ready(SpeechRequest("Hello.", max_frames=9), [72, model_im_end()])
+    offsets = (0, 500, 0)  # the second old row has codes of its own; solo is the first's twin
+    for seq, offset in zip((*old, solo), offsets):  # the old rows have heard frame 0 (one chunk)
+        record(seq, model, range(1), offset)
+        output.decode_together([seq], model)
+    for seq, offset in zip((*old, solo), offsets):
+        record(seq, model, range(1, 3), offset)  # frames 1, 2: their second chunk (2 frames) is due
+    record(new, model, range(1))  # the newcomer's first frame: its first chunk is due
+    assert all(output.audio_due(s) for s in (*old, new))
+    groups = output.codec_groups([*old, new])
+    assert groups == [[new], old]  # the newcomer's first audio first; the others in one call
+    for group in groups:
+        output.decode_together(group, model)
+    output.decode_together([solo], model)
+    chunks = [[e.audio for e in drain(s) if isinstance(e, AudioChunk)] for s in (*old, solo)]
+    assert [len(c) for c in chunks] == [2, 2, 2]
+    assert all(np.array_equal(a, b) for a, b in zip(chunks[0], chunks[2]))  # batched = alone, bit for bit
+    assert not np.array_equal(chunks[0][1], chunks[1][1])  # and each row got its own audio
 
 
 def test_finish_decodes_what_is_pending():

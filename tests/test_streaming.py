@@ -1,6 +1,7 @@
 """StreamingDecoder (omni_core/codec/streaming.py): pushing codes chunk by chunk gives the whole
 decode (float32 up to rounding, float64 exactly), for any chunk size, fewer codebooks, batch rows
-and bfloat16; the first frame's audio comes at once; a stream keeps its batch size."""
+and bfloat16; the first frame's audio comes at once; a stream keeps its batch size. Several streams
+pushed together (one codec call) give what each gives alone, and go on alone afterwards."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import copy
 import pytest
 import torch
 
-from omni_core.codec.streaming import StreamingDecoder
+from omni_core.codec.streaming import StreamingDecoder, push_together
 
 from .codec_models import NUM_FRAMES, PRESETS, models, random_codes, stream_all
 
@@ -87,3 +88,46 @@ def test_a_stream_keeps_its_rows_and_an_empty_push_is_empty():
     with pytest.raises(ValueError, match="rows"):
         stream.push(random_codes(batch=1, num_frames=1))
     assert stream.push(random_codes(batch=2, num_frames=0)).shape == (2, 1, 0)
+
+
+def push_in_chunks(stream: StreamingDecoder, codes: torch.Tensor, chunks) -> torch.Tensor:
+    bounds = torch.tensor((0, *chunks)).cumsum(0).tolist()
+    return torch.cat([stream.push(codes[..., a:b]) for a, b in zip(bounds, bounds[1:])], dim=-1)
+
+
+@torch.no_grad()
+def test_streams_pushed_together_give_their_own_audio_and_go_on_alone(pair):
+    """The engine's batched codec pushes: three requests' streams at the same position, chunks of
+    1, 2, 4, 8 frames together, then 5 more frames each alone: every stream's audio is its own
+    bit for bit, and so are its counters."""
+    _, ours = pair
+    codes = [random_codes(seed=10 + i, num_frames=20) for i in range(3)]
+    chunks = (1, 2, 4, 8, 5)  # as the engine pushes: 1, 2, 4, 8 frames together, then the rest alone
+    alone = [push_in_chunks(StreamingDecoder(ours), c, chunks) for c in codes]
+    streams, heard = [StreamingDecoder(ours) for _ in codes], [[] for _ in codes]
+    start = 0
+    for n in chunks[:-1]:
+        for got, h in zip(push_together(streams, [c[..., start:start + n] for c in codes]), heard):
+            h.append(got)
+        start += n
+    for stream, c, h in zip(streams, codes, heard):
+        h.append(stream.push(c[..., start:]))
+    for h, want, stream in zip(heard, alone, streams):
+        assert torch.equal(torch.cat(h, dim=-1), want)  # bit for bit: the engine keeps rows exact
+        assert stream.num_frames == 20 and stream.num_samples == want.shape[-1]
+
+
+@torch.no_grad()
+def test_only_streams_at_one_position_with_chunks_of_one_length_push_together(pair):
+    _, ours = pair
+    codes = random_codes(seed=3, num_frames=4)
+    a, b = StreamingDecoder(ours), StreamingDecoder(ours)
+    a.push(codes[..., :1])
+    with pytest.raises(ValueError, match="same position"):
+        push_together([a, b], [codes[..., 1:2], codes[..., :1]])
+    with pytest.raises(ValueError, match="same number of frames"):
+        push_together([a, b], [codes[..., 1:2], codes[..., :2]])
+    assert (a.num_frames, b.num_frames) == (1, 0)  # a refused push changes nothing
+    first = push_in_chunks(StreamingDecoder(ours), codes, (1,))
+    torch.testing.assert_close(torch.cat([first, a.push(codes[..., 1:])], dim=-1),
+                               push_in_chunks(StreamingDecoder(ours), codes, (1, 3)), atol=0, rtol=0)

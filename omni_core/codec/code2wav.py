@@ -28,6 +28,16 @@ from omni_core.models.layers import MLP, Attention, RMSNorm, Rope
 from omni_core.codec.state import CodecState
 
 
+def row_by_row(fn, x: torch.Tensor) -> torch.Tensor:
+    """fn(x) for x [B, ...], one row at a time. oneDNN chooses its convolution by the batch size, and
+    MKL its matmul by the row count, so a batch of streams (the engine decodes equal chunks together)
+    would round each row's audio otherwise than its own decode does. Row by row, every row gets its
+    solo floats (tests/test_streaming.py); the rest of the codec runs batched."""
+    if x.shape[0] == 1:
+        return fn(x)
+    return torch.cat([fn(row) for row in x.split(1)])
+
+
 class CausalConvNet(nn.Module):
     """Conv1d (stride 1) padded on the left only: output t sees inputs t - context .. t."""
 
@@ -44,7 +54,7 @@ class CausalConvNet(nn.Module):
             x = F.pad(x, (self.context, 0))
         else:  # the previous chunk's last inputs (zeros at the start) replace the padding
             x = state.prepend(self, x, self.context, zeros_first=True)
-        return self.conv(x)
+        return row_by_row(self.conv, x)
 
     def _pointwise(self, x: torch.Tensor) -> torch.Tensor:
         """The kernel-1 conv as [C_out, C_in] @ [B, C_in, T]: the same sums, and 3-7x faster than
@@ -78,7 +88,7 @@ class CausalTransConvNet(nn.Module):
         new = x.shape[-1]
         if state is not None:
             x = state.prepend(self, x, self.overlap, zeros_first=False)
-        y = self.conv(x)
+        y = row_by_row(self.conv, x)
         if self.trim_left:
             return y[..., self.trim:y.shape[-1] - self.trim]
         past = x.shape[-1] - new  # carried inputs: their own outputs came out with the last chunk
@@ -114,7 +124,7 @@ class ConvNeXtBlock(nn.Module):
     def forward(self, x: torch.Tensor, state: CodecState | None = None) -> torch.Tensor:
         """x: [B, C, T] → [B, C, T]."""
         h = self.dwconv(x, state).transpose(1, 2)  # [B, T, C]
-        h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
+        h = row_by_row(lambda r: self.pwconv2(F.gelu(self.pwconv1(self.norm(r)))), h)
         return x + (self.gamma * h).transpose(1, 2)
 
 

@@ -73,3 +73,31 @@ class CodecState:
 
     def advance(self, num_frames: int) -> None:
         self.position += num_frames
+
+    @classmethod
+    def stack(cls, states: list["CodecState"]) -> "CodecState":
+        """Several streams' states as one batch, rows in order (a new state: the given ones are left as
+        they are). They must be at the same position, so they hold the same tails and K/V lengths."""
+        first = states[0]
+        if any(s.position != first.position for s in states):
+            raise ValueError("only streams at the same position decode as one batch")
+        merged = cls(first.kv.keep + 1)
+        merged.position = first.position
+        merged.tails = {m: torch.cat([s.tails[m] for s in states]) for m in first.tails}
+        merged.kv.k = {i: torch.cat([s.kv.k[i] for s in states]) for i in first.kv.k}
+        merged.kv.v = {i: torch.cat([s.kv.v[i] for s in states]) for i in first.kv.v}
+        return merged
+
+    def split(self, sizes: list[int]) -> list["CodecState"]:
+        """The inverse of `stack`: one state per group of `sizes` rows."""
+        parts = [CodecState(self.kv.keep + 1) for _ in sizes]
+        for part in parts:
+            part.position = self.position
+        for m, tail in self.tails.items():
+            for part, t in zip(parts, tail.split(sizes)):
+                part.tails[m] = t
+        for store, name in ((self.kv.k, "k"), (self.kv.v, "v")):
+            for i, tensor in store.items():
+                for part, t in zip(parts, tensor.split(sizes)):
+                    getattr(part.kv, name)[i] = t
+        return parts

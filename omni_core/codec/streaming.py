@@ -47,3 +47,27 @@ class StreamingDecoder:
         self.num_frames += n
         self.num_samples += wav.shape[-1]
         return wav
+
+
+@torch.no_grad()
+def push_together(decoders: list[StreamingDecoder], chunks: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Several streams' next chunks in one codec call: chunks[i] [B_i, Q, n] for decoders[i], all of one
+    codec, at the same frame position, with the same n → each stream's audio [B_i, 1, s], as its own
+    push returns it (up to the float rounding of a batched convolution). The streams' states are
+    replaced only when the call succeeded: after an error each can still push alone."""
+    first = decoders[0]
+    if any(d.codec is not first.codec or d.num_codebooks != first.num_codebooks for d in decoders):
+        raise ValueError("streams of different codecs or codebook counts cannot decode as one batch")
+    if len({c.shape[2] for c in chunks}) != 1:
+        raise ValueError("only chunks of the same number of frames decode as one batch")
+    for d, c in zip(decoders, chunks):
+        if d.batch_size not in (None, c.shape[0]):
+            raise ValueError(f"this stream decodes {d.batch_size} rows, got codes for {c.shape[0]}")
+    sizes = [c.shape[0] for c in chunks]
+    state = CodecState.stack([d.state for d in decoders])
+    wav = first.codec(torch.cat(chunks), first.num_codebooks, state=state)
+    for d, part, size in zip(decoders, state.split(sizes), sizes):
+        d.state, d.batch_size = part, size
+        d.num_frames += chunks[0].shape[2]
+        d.num_samples += wav.shape[-1]
+    return list(wav.split(sizes))

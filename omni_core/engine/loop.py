@@ -277,7 +277,9 @@ class Engine:
         return [s for s in seqs if not s.finished], out
 
     def emit(self, seqs: list[Sequence], cb0: dict, predicted: dict) -> None:
-        """Each row's Frame and audio; a row at its frame limit finishes."""
+        """Each row's Frame; then the audio of the rows whose next chunk is due, one codec call per group
+        of equal position and chunk length (newcomers' first audio first); a row at its frame limit
+        finishes."""
         for seq in seqs:
             main = "kv" if seq.req.predictor == "kv" else "reprefill"
             other = predicted[seq, "kv"][0] if seq.req.predictor == "compare" else None
@@ -285,6 +287,10 @@ class Engine:
             self._guard(seq, "codec", [], output.add_frame, seq, *cb0[seq], predicted[seq, main], other,
                         talker_ms, predictor_ms, len(seqs), self.model)
             seq.hidden = None
+        due = [s for s in seqs if not s.finished and output.audio_due(s)]
+        for group in output.codec_groups(due):
+            self._batched("codec", group, lambda rows: output.decode_together(rows, self.model))
+        for seq in seqs:
             if not seq.finished and len(seq.codes) >= seq.max_frames():
                 self._finish(seq, "max_frames")
 

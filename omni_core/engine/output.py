@@ -8,6 +8,7 @@ import time
 import numpy as np
 import torch
 
+from omni_core.codec.streaming import push_together
 from omni_core.engine.sequence import STAGES, Sequence
 from omni_core.engine.speech_model import SpeechModel
 from omni_core.events import AudioChunk, Done, Frame, Result
@@ -48,8 +49,31 @@ def add_frame(seq: Sequence, cb0, p0, top0, top0_probs, predicted, other, talker
     seq.last_cb0, seq.last_embeds = cb0, embeds
     seq.emit(frame)
     seq.pending.append(row)
-    if len(seq.pending) >= min(2 ** len(seq.audio), MAX_CHUNK_FRAMES):
-        decode_pending(seq, model)
+
+
+def audio_due(seq: Sequence) -> bool:
+    """Whether the frames waiting for the codec make the request's next chunk (1, 2, 4, 8, 8, ... frames)."""
+    return seq.decoder is not None and len(seq.pending) >= min(2 ** len(seq.audio), MAX_CHUNK_FRAMES)
+
+
+def codec_groups(seqs: list[Sequence]) -> list[list[Sequence]]:
+    """Rows whose chunks can be decoded in one codec call: the same stream position and chunk length.
+    Groups with a request's first audio come first (a newcomer hears itself before the others' pushes)."""
+    groups: dict[tuple, list[Sequence]] = {}
+    for seq in seqs:
+        d = seq.decoder
+        groups.setdefault((id(d.codec), d.num_codebooks, d.num_frames, len(seq.pending)), []).append(seq)
+    return sorted(groups.values(), key=lambda g: len(g[0].audio) > 0)
+
+
+def decode_together(seqs: list[Sequence], model: SpeechModel) -> list[None]:
+    """One codec call for the pending frames of every row of a `codec_groups` group; each row emits its
+    audio (bit for bit what its own push gives). The caller charges the time."""
+    chunks = [torch.from_numpy(np.stack(s.pending).T)[None].to(model.device) for s in seqs]  # [1, 16, n] each
+    wavs = push_together([s.decoder for s in seqs], chunks)
+    for seq, wav in zip(seqs, wavs):
+        _emit_audio(seq, wav[0, 0].float().cpu().numpy(), model)
+    return [None] * len(seqs)
 
 
 def decode_pending(seq: Sequence, model: SpeechModel) -> None:
@@ -60,6 +84,11 @@ def decode_pending(seq: Sequence, model: SpeechModel) -> None:
     codes = torch.from_numpy(np.stack(seq.pending).T)[None].to(model.device)  # [1, 16, n]
     wav = seq.decoder.push(codes)[0, 0].float().cpu().numpy()
     seq.spent["codec"] += time.perf_counter() - t
+    _emit_audio(seq, wav, model)
+
+
+def _emit_audio(seq: Sequence, wav: np.ndarray, model: SpeechModel) -> None:
+    """The decoded chunk of the pending frames: the request's next AudioChunk."""
     first = len(seq.codes) - len(seq.pending)
     seq.pending = []
     seq.audio.append(wav)

@@ -5,7 +5,7 @@ talker's prompt from the request, a clone's x-vector and reference codes), the t
 prefill, the next talker input, CB0 from the codec head's logits. Batched, for all rows
 at once: one thinker token, one talker step (ragged cache lengths), the codec head, and
 one code-predictor call per predictor kind. A row's floats do not depend on its
-neighbours: matmul rows are batch-invariant (`layers.linear`), attention runs per row,
+neighbours: matmul rows are batch-invariant (`invariant.linear`), attention runs per row,
 each row samples from its own generators.
 """
 

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 from omni_core.fast.buckets import BUCKETS, bucket, buckets_up_to
 from omni_core.models.code_predictor import CodePredictor, predict_kv, predict_reprefill
-from omni_core.models.layers import DecoderStack
+from omni_core.models.decoder import DecoderStack
 from omni_core.models.sampling import TOP_K_ALTERNATIVES
 
 # The code launching the kernels is C++, not Python; it is built apart from the kernels, which makes a

@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from omni_core.models.config import DecoderConfig
-from omni_core.models.layers import DecoderStack, Linear
+from omni_core.models.decoder import DecoderStack
+from omni_core.models.layers import Linear
 from omni_core.models.sampling import SamplingConfig, choose_with_alternatives, draw_noise
 
 # HF's code predictor samples with its own settings, whatever the talker uses.

@@ -12,7 +12,8 @@ from torch import nn
 
 from omni_core.models.code_predictor import CodePredictor, frame_embedding
 from omni_core.models.config import OmniConfig
-from omni_core.models.layers import DecoderStack, Linear, ResizeMLP
+from omni_core.models.decoder import DecoderStack
+from omni_core.models.layers import Linear, ResizeMLP
 
 
 class TalkerModel(DecoderStack):

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from omni_core.models.config import DecoderConfig
-from omni_core.models.layers import DecoderStack, KVCache, Linear
+from omni_core.models.decoder import DecoderStack
+from omni_core.models.layers import KVCache, Linear
 
 
 class ThinkerModel(DecoderStack):

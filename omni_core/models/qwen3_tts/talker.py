@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from omni_core.models.code_predictor import CodePredictor, frame_embedding
-from omni_core.models.layers import DecoderStack, Linear, ResizeMLP
+from omni_core.models.decoder import DecoderStack
+from omni_core.models.layers import Linear, ResizeMLP
 from omni_core.models.qwen3_tts.config import TTSConfig
 
 

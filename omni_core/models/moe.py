@@ -1,0 +1,102 @@
+"""Qwen3-Omni's sparse MoE blocks: the router (softmax in float32, top-k), all experts of a layer
+stacked, and the block that sums the routed experts and (talker) a sigmoid-gated shared expert.
+A token's experts are summed in ascending expert order, as HF sums them."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from omni_core.models.config import DecoderConfig
+from omni_core.models.invariant import SAFE, Linear, linear
+from omni_core.models.layers import MLP
+
+
+class Router(nn.Module):
+    def __init__(self, cfg: DecoderConfig):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(cfg.num_experts, cfg.hidden_size))
+        self.top_k, self.norm_topk_prob = cfg.num_experts_per_tok, cfg.norm_topk_prob
+        self.plans = [SAFE]  # chosen at load (invariant.plan_linears)
+
+    def plan_weights(self) -> list[torch.Tensor]:
+        return [self.weight]
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: [N, C] → weights [N, k], expert ids [N, k]."""
+        logits = linear(x, self.weight, plan=self.plans[0])
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float)
+        weights, ids = torch.topk(probs, self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights.to(logits.dtype), ids
+
+
+class Experts(nn.Module):
+    """All experts of a layer, stacked: gate_up_proj [E, 2I, C], down_proj [E, C, I].
+    The checkpoint stores them per expert; the loader writes each into its slot."""
+
+    def __init__(self, cfg: DecoderConfig):
+        super().__init__()
+        E, I, C = cfg.num_experts, cfg.moe_intermediate_size, cfg.hidden_size
+        self.gate_up_proj = nn.Parameter(torch.empty(E, 2 * I, C))
+        self.down_proj = nn.Parameter(torch.empty(E, C, I))
+        self.plans = [SAFE, SAFE]  # gate_up, down: chosen at load (invariant.plan_linears)
+
+    def plan_weights(self) -> list[torch.Tensor]:
+        """One expert's weights: every expert has the same shapes."""
+        return [self.gate_up_proj[0], self.down_proj[0]]
+
+    def forward(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """x: [N, C]; weights, ids: [N, k]. Experts in ascending order, as HF sums them."""
+        if x.shape[0] == 1:
+            return self._one_token(x, weights, ids)
+        out = torch.zeros_like(x)
+        for e in torch.unique(ids).tolist():
+            token, slot = torch.where(ids == e)
+            gate, up = linear(x[token], self.gate_up_proj[e], plan=self.plans[0]).chunk(2, dim=-1)
+            y = linear(F.silu(gate) * up, self.down_proj[e], plan=self.plans[1]) * weights[token, slot, None]
+            out.index_add_(0, token, y.to(out.dtype))
+        return out
+
+    def _one_token(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Decoding: one token, k experts, summed in ascending expert order (the same floats)."""
+        out = None
+        for gate_up, down, weight in self._ascending(weights, ids):
+            gate, up = linear(x, gate_up, plan=self.plans[0]).chunk(2, dim=-1)
+            y = linear(F.silu(gate) * up, down, plan=self.plans[1]) * weight
+            out = y if out is None else out + y
+        return out.to(x.dtype)
+
+    def _ascending(self, weights: torch.Tensor, ids: torch.Tensor) -> list[tuple]:
+        """(gate_up [2I, C], down [C, I], routing weight [1, 1]) of the token's k experts, by ascending id."""
+        if torch.compiler.is_compiling():  # one graph: the ids are sorted and used on the device, never read
+            order = ids[0].argsort()
+            ids, weights = ids[0, order], weights[:, order]
+            gate_up, down = self.gate_up_proj[ids], self.down_proj[ids]  # [k, ...]
+            return [(gate_up[s], down[s], weights[:, s, None]) for s in range(ids.shape[0])]
+        order = sorted(zip(ids[0].tolist(), range(ids.shape[1])))
+        return [(self.gate_up_proj[e], self.down_proj[e], weights[:, slot, None]) for e, slot in order]
+
+
+class SparseMoe(nn.Module):
+    """Routed experts, plus (talker) a sigmoid-gated shared expert."""
+
+    def __init__(self, cfg: DecoderConfig):
+        super().__init__()
+        self.gate = Router(cfg)
+        self.experts = Experts(cfg)
+        if cfg.shared_expert_intermediate_size:
+            self.shared_expert = MLP(cfg.hidden_size, cfg.shared_expert_intermediate_size)
+            self.shared_expert_gate = Linear(cfg.hidden_size, 1, bias=False)
+        else:
+            self.shared_expert = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        flat = x.reshape(-1, C)
+        out = self.experts(flat, *self.gate(flat))
+        if self.shared_expert is not None:
+            out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
+        return out.view(B, T, C)
