@@ -238,15 +238,20 @@ def run_concurrently(pipe, requests) -> dict:
     barrier = threading.Barrier(len(requests) + 1)
     firsts, rtfs, frames = [None] * len(requests), [None] * len(requests), [0] * len(requests)
 
+    errors = []
+
     def run(i):
         barrier.wait()
         t0 = time.perf_counter()
-        for event in pipe.stream(requests[i]):
-            if firsts[i] is None and isinstance(event, AudioChunk):
-                firsts[i] = time.perf_counter() - t0
-            if isinstance(event, Done):
-                frames[i] = event.result.stats.frames
-                rtfs[i] = (time.perf_counter() - t0) / event.result.stats.audio_s
+        try:
+            for event in pipe.stream(requests[i]):
+                if firsts[i] is None and isinstance(event, AudioChunk):
+                    firsts[i] = time.perf_counter() - t0
+                if isinstance(event, Done):
+                    frames[i] = event.result.stats.frames
+                    rtfs[i] = (time.perf_counter() - t0) / event.result.stats.audio_s
+        except Exception as exc:  # said after the join: a refused request is a broken measurement
+            errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
     for t in threads:
@@ -256,6 +261,8 @@ def run_concurrently(pipe, requests) -> dict:
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"{len(errors)} of {len(requests)} requests failed: {errors[0]}") from errors[0]
     return {"wall_s": wall, "frames_per_s": sum(frames) / wall, "first_audio_s": firsts, "rtf": rtfs}
 
 
@@ -273,7 +280,8 @@ def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60) -> d
 
     engines = {"batched eager": load_pipeline("tiny", device="cpu"),
                "batched compiled": load_pipeline("tiny", device="cpu", compile=True),
-               "one at a time eager": load_pipeline("tiny", device="cpu", max_batch=1)}
+               # every request is taken: the others wait in line (the default line is 4 x max_batch)
+               "one at a time eager": load_pipeline("tiny", device="cpu", max_batch=1, max_waiting=max(counts))}
     engines["batched compiled"].warm_up()
     out = {}
     for n in counts:
