@@ -280,7 +280,7 @@ def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60) -> d
 
     engines = {"batched eager": load_pipeline("tiny", device="cpu"),
                "batched compiled": load_pipeline("tiny", device="cpu", compile=True),
-               # every request is taken: the others wait in line (the default line is 4 x max_batch)
+               # every request is taken, all of them may be in line at once (the default line is 4 x max_batch)
                "one at a time eager": load_pipeline("tiny", device="cpu", max_batch=1, max_waiting=max(counts))}
     engines["batched compiled"].warm_up()
     out = {}

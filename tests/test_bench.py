@@ -14,7 +14,8 @@ def requests(n: int) -> list[SpeechRequest]:
 
 
 def test_one_at_a_time_baseline_measures_every_request():
-    with load_pipeline("tiny", device="cpu", max_batch=1, max_waiting=5) as pipe:
+    # All six may be in line before the engine takes the first: the line must hold all of them.
+    with load_pipeline("tiny", device="cpu", max_batch=1, max_waiting=6) as pipe:
         run = run_concurrently(pipe, requests(6))
     assert all(isinstance(f, float) and f > 0 for f in run["first_audio_s"])
     assert len(run["rtf"]) == 6 and run["frames_per_s"] > 0
