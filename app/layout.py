@@ -176,7 +176,7 @@ def tools(p: SimpleNamespace, info: dict) -> None:
             p.edit_cb = gr.Number(0, precision=0, label="Codebook (0..15)", elem_id="edit-codebook")
         with gr.Row(equal_height=False):
             p.edit_start = gr.Number(0, precision=0, label="From frame", elem_id="edit-start")
-            p.edit_end = gr.Number(None, precision=0, label="To frame (empty: the last)", elem_id="edit-end")
+            p.edit_end = gr.Number(-1, precision=0, label="To frame (-1: the last)", elem_id="edit-end")
             p.edit_value = gr.Number(0, precision=0, label="Code (set)", elem_id="edit-value")
             p.edit_seed = gr.Number(0, precision=0, label="Seed (random)", elem_id="edit-seed")
         with gr.Row():

@@ -55,6 +55,17 @@ class SurgeryOut(NamedTuple):
     frame_audio: object = gr.skip()
 
 
+def last_if_unset(end):
+    """The page's "to frame" box: empty or negative (the box starts at -1) means the take's last frame.
+    (Gradio's number box shows an empty value as 0, which would edit frame 0 alone.)"""
+    if end in (None, ""):
+        return None
+    try:
+        return None if float(end) < 0 else end
+    except (TypeError, ValueError):
+        return end  # Edit.checked says what is wrong with it
+
+
 class Studio:
     def __init__(self, pipe, outputs: OutputDir):
         self.pipe, self.info, self.outputs = pipe, pipe.info, outputs
@@ -121,7 +132,7 @@ class Studio:
             raise gr.Error(NO_TAKE, print_exception=False)
         if not take.finished:
             raise gr.Error("The take is still being generated: edit it when it is finished.", print_exception=False)
-        edit = Edit(op, codebook, start, None if end in (None, "") else end, value if value is not None else 0,
+        edit = Edit(op, codebook, start, last_if_unset(end), value if value is not None else 0,
                     seed if seed is not None else 0).checked(take.frames, self.info["num_code_groups"],
                                                              self.info["codebook_size"])
         codes = take.current_codes()

@@ -54,6 +54,9 @@ def test_an_edit_is_heard_drawn_and_logged_and_restore_undoes_it(tmp_path):
     np.testing.assert_array_equal(the_take.codes_array(), original)  # the original is kept
     s.edit("drop", 0, 0, None, None, None, the_take, "codes", "mel")
     assert len(the_take.edits) == 2 and the_take.drop[:, 0].all()
+    last = the_take.frames - 1  # the page's "to frame" box starts at -1: the last frame
+    out = s.edit("drop", 5, 2, -1, None, None, the_take, "codes", "mel")
+    assert the_take.drop[2:, 5].all() and not the_take.drop[:2, 5].any() and f"CB5 frames 2..{last}" in out.edit_log
     back = s.restore(the_take, "codes", "mel")
     assert the_take.edited_codes is None and back.edit_audio is None and "original take" in back.edit_log
     with pytest.raises(gr.Error, match="codebook 16 is outside"):
