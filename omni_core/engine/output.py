@@ -81,10 +81,8 @@ def decode_pending(seq: Sequence, model: SpeechModel) -> None:
     if not seq.pending or seq.decoder is None:
         return
     t = time.perf_counter()
-    codes = torch.from_numpy(np.stack(seq.pending).T)[None].to(model.device)  # [1, 16, n]
-    wav = seq.decoder.push(codes)[0, 0].float().cpu().numpy()
+    decode_together([seq], model)
     seq.spent["codec"] += time.perf_counter() - t
-    _emit_audio(seq, wav, model)
 
 
 def _emit_audio(seq: Sequence, wav: np.ndarray, model: SpeechModel) -> None:
