@@ -250,6 +250,9 @@ def count_samples(module: nn.Module, num_frames: int) -> int:
 
 
 class Code2Wav(nn.Module):
+    # Several streams decode in one call bit for bit as each alone (`row_by_row`; tiny and real widths).
+    batches_exactly = True
+
     def __init__(self, cfg: CodecConfig):
         super().__init__()
         self.cfg = cfg
