@@ -35,21 +35,35 @@ from pathlib import Path
 
 import torch
 
+from omni_core.engine.threads import in_passing_thread, wait_for_idle_engines
+
 
 def interleaved(cases: dict, repeats: int, warmup: int = 1) -> dict[str, float]:
-    """Median seconds per call of each case, calls interleaved across cases."""
+    """Median seconds per call of each case, calls interleaved across cases. Each call runs `alone`."""
     for fn in cases.values():
         for _ in range(warmup):
-            fn()
+            alone(fn)
     times = {name: [] for name in cases}
     for _ in range(repeats):
         for name, fn in cases.items():
-            _sync()
-            t = time.perf_counter()
-            fn()
-            _sync()
-            times[name].append(time.perf_counter() - t)
+            times[name].append(alone(fn)[1])
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def alone(fn):
+    """fn() → (its result, its seconds), run with no other kernel threads alive in the process: after every
+    engine thread has gone idle and ended, in a thread that ends with it (a reference model's kernels,
+    run in the main thread, would leave an OpenMP team that slows every engine after it: engine/threads.py)."""
+    wait_for_idle_engines()
+
+    def timed():
+        _sync()
+        t = time.perf_counter()
+        out = fn()
+        _sync()
+        return out, time.perf_counter() - t
+
+    return in_passing_thread(torch.get_num_threads(), timed)
 
 
 def _sync():
@@ -70,7 +84,12 @@ def copy_bandwidth(working_set: int, device: str = "cpu", repeats: int = 7) -> f
 # ---- (a) tiny end to end --------------------------------------------------------------------
 
 def tiny_pair():
-    """Our pipeline and the HF model on the same tiny checkpoint (CPU, float32)."""
+    """Our pipeline and the HF model on the same tiny checkpoint (CPU, float32), loaded in a thread that
+    ends (engine/threads.py)."""
+    return in_passing_thread(torch.get_num_threads(), _tiny_pair)
+
+
+def _tiny_pair():
     from transformers import Qwen3OmniMoeForConditionalGeneration
 
     from omni_core.pipeline import load_pipeline
@@ -112,6 +131,11 @@ def bench_end_to_end(repeats: int) -> dict:
 # ---- (b) real-size code predictor -----------------------------------------------------------
 
 def real_predictor(dtype: torch.dtype, device: str):
+    """`_real_predictor`, built in a thread that ends (engine/threads.py)."""
+    return in_passing_thread(torch.get_num_threads(), _real_predictor, dtype, device)
+
+
+def _real_predictor(dtype: torch.dtype, device: str):
     """HF's code predictor at Qwen3-Omni's real size (random weights) and ours with the same weights."""
     from transformers import Qwen3OmniMoeTalkerCodePredictorConfig
     from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
@@ -290,6 +314,7 @@ def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60) -> d
         runs = {name: [] for name in engines}
         for _ in range(repeats):
             for name, pipe in engines.items():
+                wait_for_idle_engines()  # the last engine's thread has ended: this one's team is alone
                 runs[name].append(run_concurrently(pipe, requests))
         out[f"{n} at once"] = {name: summarize(rs) for name, rs in runs.items()}
     for name in engines:

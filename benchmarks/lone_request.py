@@ -20,6 +20,7 @@ import torch
 
 from benchmarks.bench import (copy_bandwidth, frame_weight_bytes, interleaved, machine, print_section, real_predictor,
                               write_results)
+from omni_core.engine.threads import in_passing_thread
 from omni_core.models.invariant import PLAIN, SAFE, Plan, plan_linears, use_plan
 
 
@@ -53,7 +54,7 @@ def bench_real_predictor(repeats: int, dtypes=("float32", "bfloat16"), batches=(
         dtype = getattr(torch, name)
         hf, cp = real_predictor(dtype, "cpu")
         chosen: dict = {}
-        plan_linears([cp], chosen)
+        in_passing_thread(torch.get_num_threads(), plan_linears, [cp], chosen)
         weight_bytes = frame_weight_bytes(cp)
         floor = weight_bytes / copy_bandwidth(weight_bytes // 15)
         compiled = CompiledPredictors(cp) if name == "float32" else None
@@ -91,7 +92,7 @@ def bench_tiny(repeats: int, frames: int = 60, tokens: int = 16) -> dict:
     ids = torch.tensor([pipe.chat_prompt(text)])
     request = SpeechRequest(text, mode="chat", predictor="kv", max_frames=frames, max_text_tokens=tokens)
     modules, chosen = [pipe.thinker, pipe.talker], {}
-    plan_linears(modules, chosen)
+    in_passing_thread(torch.get_num_threads(), plan_linears, modules, chosen)
     cases = {f"eager, {v}": switching(lambda s=setter: pipe.call(s), lambda: pipe.generate(request))
              for v, setter in variants(modules, chosen)}
     cases["compiled, chosen plans"] = lambda: compiled.generate(request)

@@ -16,6 +16,7 @@ import torch
 from omni_core.audio import MAX_SECONDS, SAMPLE_RATE, clean_audio
 from omni_core.engine import Engine, Sequence, SpeechModel, Stream
 from omni_core.engine.scheduler import MAX_UNREAD, STALL_S, Scheduler
+from omni_core.engine.threads import in_passing_thread
 from omni_core.events import Done, Result
 from omni_core.fast.predictors import Predictors
 from omni_core.loading.recipe import LoadedModel, load_model
@@ -39,8 +40,9 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     'random:qwen3-omni-30b-a3b[?layers=N]': the real speech path with random weights drawn on the
     device, no files (loading/random_weights.py; layers=N cuts the thinker and the talker).
 
-    threads: CPU threads for torch's kernels (process-wide; None leaves torch's default). The engine
-    runs every request in its one thread, so it can have all the cores.
+    threads: CPU threads for torch's kernels (None: as many as the calling thread has, torch's default
+    all cores). The weights load in a thread of their own and the engine runs every request in its one
+    thread (engine/threads.py: the caller's thread runs no kernels), so it can have all the cores.
     time_budget_s: the most one request may run, from when the engine admits it, before it is
     stopped (None: no limit; otherwise a positive number of seconds).
     compile: decode with torch.compile'd steps and predictor frames (fast/compiled.py): the same codes,
@@ -59,13 +61,13 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     Close the pipeline (`close()`, or `with load_pipeline(...) as pipe:`) to end its engine thread."""
     options = dict(time_budget_s=time_budget_s, max_waiting=max_waiting, max_unread=max_unread, stall_s=stall_s)
     Scheduler(max_batch, **options)  # a bad option fails now, not after loading
-    if threads is not None:
-        torch.set_num_threads(max(1, int(threads)))
-    loaded = load_model(source, device=device, dtype=dtype, revision=revision, force=force)
+    threads = max(1, int(threads)) if threads is not None else torch.get_num_threads()
+    loaded = in_passing_thread(threads, load_model, source, device=device, dtype=dtype, revision=revision,
+                               force=force)
     log.info(loaded.report)
     if not batch_invariant:
         use_plan(loaded.modules.values(), PLAIN)
-    pipe = Pipeline(loaded, max_batch=max_batch, compile=compile, **options)
+    pipe = Pipeline(loaded, max_batch=max_batch, compile=compile, threads=threads, **options)
     pipe.batch_invariant = bool(batch_invariant)
     return pipe
 
@@ -73,7 +75,8 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
 class Pipeline:
     """The loaded speech path and the engine that serves it. Weights and tokenizer are read-only."""
 
-    def __init__(self, loaded: LoadedModel, max_batch: int = 16, compile: bool = False, **engine_options):
+    def __init__(self, loaded: LoadedModel, max_batch: int = 16, compile: bool = False, threads: int | None = None,
+                 **engine_options):
         self.config, self.tokenizer = loaded.config, loaded.tokenizer
         self.family = self.config.family  # "qwen3_omni" | "qwen3_tts"
         self.thinker = loaded.modules.get("thinker")  # None for Qwen3-TTS
@@ -95,7 +98,7 @@ class Pipeline:
                                  self.device, self.dtype, self.predictors, self._suppress_mask(), self.default_speaker,
                                  prompts=PromptBuilder(self.config, self.talker, self.tokenizer) if tts else None,
                                  speaker_encoder=self.speaker_encoder, min_new_tokens=2 if tts else 0)
-        self.engine = Engine(self.model, max_batch, **engine_options)
+        self.engine = Engine(self.model, max_batch, threads, **engine_options)
 
     @property
     def info(self) -> dict:

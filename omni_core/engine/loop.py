@@ -6,9 +6,11 @@ talker step) → CB0 per row → one predictor call per predictor kind for all r
 emit each row's frame and audio.
 
 All torch work happens in the engine's own thread: callers (Gradio's worker threads)
-only put requests in and read events out. Torch kernels run on the threads of the
-thread that calls them, and a second thread's OpenMP team fights the first's (measured
-~3x slower on 2 cores); one long-lived thread runs at full speed.
+only put requests in and read events out. Torch kernels run on an OpenMP team per
+calling thread, and a second living team makes every team's kernels wait for sleeping
+workers (engine/threads.py: a lone tiny request 1.8x slower), so the engine's thread is the
+only one with kernels to run, and it ends when it has been idle for a second (a later
+request starts another): idle pipelines keep no team alive.
 
 Time is charged per stage: every request in a batched call waited for all of it, so each
 is charged the whole call.
@@ -37,6 +39,7 @@ from omni_core.engine.runner import Runner
 from omni_core.engine.scheduler import Scheduler
 from omni_core.engine.sequence import Sequence
 from omni_core.engine.speech_model import SpeechModel
+from omni_core.engine.threads import ENGINE_THREADS, IDLE_EXIT_S
 from omni_core.request import RequestError
 
 log = logging.getLogger(__name__)
@@ -47,10 +50,12 @@ CLOSE = object()  # the inbox item that ends the loop
 
 
 class Engine:
-    def __init__(self, model: SpeechModel, max_batch: int = 16, **options):
-        """options: Scheduler's (time_budget_s, max_waiting, max_unread, stall_s)."""
+    def __init__(self, model: SpeechModel, max_batch: int = 16, threads: int | None = None, **options):
+        """threads: the kernel threads of the engine's thread (None: as many as the creating thread has).
+        options: Scheduler's (time_budget_s, max_waiting, max_unread, stall_s)."""
         self.scheduler = Scheduler(max_batch, **options)
         self.runner = Runner(model)
+        self.threads = threads or torch.get_num_threads()
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()  # lists of new Sequences, (fn, args, Future) calls
         self.steps_taken = 0
         self.error: EngineError | None = None  # set once the engine no longer serves
@@ -78,6 +83,12 @@ class Engine:
     @property
     def active(self) -> int:
         return self.scheduler.active
+
+    @property
+    def has_thread(self) -> bool:
+        """Whether the engine's thread is running now (it ends after IDLE_EXIT_S with nothing to do)."""
+        with self._lock:
+            return self._thread is not None
 
     # ---- the callers' side -----------------------------------------------------------------
 
@@ -135,17 +146,24 @@ class Engine:
     def _start_thread(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="omni-engine", daemon=True)
+            ENGINE_THREADS.add(self._thread)
             self._thread.start()
 
     # ---- the loop ------------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        torch.set_num_threads(self.threads)  # OpenMP's thread count is the calling thread's own
         try:
             with torch.no_grad():
-                while self._drain(None if not self.scheduler.active else
-                                  PAUSED_POLL_S if self.scheduler.idle else 0):
+                while True:
+                    waiting = not self.scheduler.active
+                    taken = self._drain(IDLE_EXIT_S if waiting else PAUSED_POLL_S if self.scheduler.idle else 0)
+                    if taken is None:
+                        break
                     if self.scheduler.active:
                         self._step_or_count()
+                    elif waiting and not taken and self._let_thread_go():
+                        return
             self._go_down(EngineError("the pipeline is closed"))
         except EngineError as exc:
             self._go_down(exc)
@@ -166,18 +184,27 @@ class Engine:
             for seq in list(self.scheduler.running):
                 self._fail(seq, exc)
 
-    def _drain(self, timeout: float | None) -> bool:
-        """Take in everything the callers sent, waiting up to `timeout` for the first item (None:
-        until one comes). False once the engine is asked to close."""
-        block = timeout != 0
+    def _let_thread_go(self) -> bool:
+        """End this idle thread (its OpenMP team goes with it), unless something came in meanwhile:
+        the next submit or call starts a new one."""
+        with self._lock:
+            if not self.inbox.empty():
+                return False
+            self._thread = None
+            return True
+
+    def _drain(self, timeout: float) -> int | None:
+        """Take in everything the callers sent, waiting up to `timeout` for the first item.
+        → how many items were taken; None once the engine is asked to close."""
+        block, taken = timeout != 0, 0
         while True:
             try:
                 item = self.inbox.get(block=block, timeout=timeout if block else None)
             except queue.Empty:
-                return True
-            block = False
+                return taken
+            block, taken = False, taken + 1
             if item is CLOSE:
-                return False
+                return None
             if isinstance(item, list):
                 for seq in item:
                     self.scheduler.add(seq)

@@ -1,0 +1,62 @@
+"""Where torch's CPU kernels run: in one living thread per process, the engine's.
+
+torch's CPU kernels run on OpenMP (libgomp). Every thread that starts a parallel region gets its
+own team of worker threads, and the team lives as long as that thread. While the workers of all
+living teams outnumber the cores, libgomp stops letting idle workers spin: each parallel region
+then wakes sleeping workers, about 70 µs a time. Measured on this project's 2-core machine (torch
+2.13): a 15-row float32 linear takes 6 µs in the only team and 84 µs beside a second, idle team;
+a lone tiny-model request made 38 frames/s in an engine thread beside the loading thread's team
+and 67 alone; 8 at once 100 and 215. So:
+
+- a pipeline loads its weights (init, the batch-invariant plans' probes) `in_passing_thread`,
+  which ends and takes its team with it;
+- an engine's thread ends when it has been idle for `IDLE_EXIT_S` and a new one starts at the
+  next request (engine/loop.py), so idle pipelines keep no team alive;
+- callers' threads (the app's, Gradio's workers) run no kernels: they hand work to the engine
+  (`Pipeline.call`, `decode`, `encode`).
+
+Each of these threads runs with the same number of kernel threads (`torch.set_num_threads` sets
+it for the calling thread only, as OpenMP does).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+
+import torch
+
+IDLE_EXIT_S = 1.0  # an engine thread with nothing to do for this long ends
+ENGINE_THREADS: weakref.WeakSet = weakref.WeakSet()  # every engine thread started (engine/loop.py adds them)
+
+
+def in_passing_thread(threads: int, fn, *args, **kwargs):
+    """fn(*args, **kwargs) in a new thread with `threads` kernel threads, which ends when fn returns:
+    its return value, or its exception raised here."""
+    outcome: dict = {}
+
+    def run():
+        torch.set_num_threads(threads)
+        try:
+            outcome["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # handed to the caller
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="omni-load", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def wait_for_idle_engines(timeout: float = IDLE_EXIT_S + 10) -> None:
+    """Wait until every engine thread of this process has ended (an idle one ends after IDLE_EXIT_S):
+    what a benchmark does before timing one thing, so that no other team shares the cores.
+    Raises TimeoutError if one is still busy after `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while any(t.is_alive() for t in list(ENGINE_THREADS)):
+        if time.monotonic() > end:
+            raise TimeoutError(f"an engine thread was still running after {timeout:.0f} s")
+        time.sleep(0.02)

@@ -1,0 +1,93 @@
+"""Where kernels run (omni_core/engine/threads.py): loading in a thread that ends, an engine thread
+that ends when idle and comes back for the next request with the same kernel threads, and no
+threads left behind by a pipeline that loaded and served."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from omni_core.engine.threads import IDLE_EXIT_S, in_passing_thread
+from omni_core.pipeline import load_pipeline
+from omni_core.request import SpeechRequest
+
+
+def os_threads() -> int:
+    """Every thread of this process, OpenMP workers included (Python's count misses those)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def wait_for_idle_exit(pipe, timeout: float = IDLE_EXIT_S + 5) -> None:
+    end = time.monotonic() + timeout
+    while pipe.engine.has_thread:
+        assert time.monotonic() < end, "the idle engine thread did not end"
+        time.sleep(0.05)
+
+
+def test_in_passing_thread_returns_raises_and_ends():
+    seen = {}
+
+    def job(x, *, y):
+        seen["thread"], seen["threads"] = threading.current_thread(), torch.get_num_threads()
+        return x + y
+
+    assert in_passing_thread(2, job, 1, y=2) == 3
+    assert seen["thread"] is not threading.current_thread() and not seen["thread"].is_alive()
+    assert seen["threads"] == 2
+    with pytest.raises(ZeroDivisionError):
+        in_passing_thread(1, lambda: 1 / 0)
+
+
+def settles_to(limit: int, timeout: float = 3.0) -> int:
+    """The process's thread count once it is at most `limit` (threads that were told to end take a
+    moment), or what it is after `timeout`."""
+    end = time.monotonic() + timeout
+    while os_threads() > limit and time.monotonic() < end:
+        time.sleep(0.05)
+    return os_threads()
+
+
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+
+
+@needs_proc
+def test_loading_leaves_the_calling_thread_without_kernel_threads():
+    """A thread that loads a pipeline with 2 kernel threads and stays alive adds itself and nothing
+    else: had the weights loaded in it, its OpenMP team (one more thread) would live as long as it."""
+    loaded, release, box = threading.Event(), threading.Event(), {}
+
+    def caller():
+        box["pipe"] = load_pipeline("tiny", device="cpu", threads=2)
+        loaded.set()
+        release.wait()
+
+    before = os_threads()
+    thread = threading.Thread(target=caller)
+    thread.start()
+    try:
+        assert loaded.wait(120)
+        assert settles_to(before + 1) == before + 1
+    finally:
+        release.set()
+        thread.join()
+        box["pipe"].close()
+
+
+@needs_proc
+def test_an_idle_engine_thread_ends_and_the_next_request_starts_one_with_the_same_kernel_threads():
+    request = SpeechRequest("The engine comes back.", max_frames=4)
+    with load_pipeline("tiny", device="cpu", threads=2) as pipe:
+        before = pipe.generate(request)
+        assert pipe.call(torch.get_num_threads) == 2
+        serving = os_threads()
+        wait_for_idle_exit(pipe)
+        assert settles_to(serving - 2) <= serving - 2, "the engine thread or its OpenMP worker stayed"
+        after = pipe.generate(request)  # a new engine thread
+        assert pipe.call(torch.get_num_threads) == 2
+        np.testing.assert_array_equal(after.codes, before.codes)
+        np.testing.assert_array_equal(after.audio, before.audio)
