@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from omni_core.engine.threads import IDLE_EXIT_S, in_passing_thread
+from omni_core.engine.threads import IDLE_EXIT_S, in_passing_thread, wait_for_idle_engines
 from omni_core.pipeline import load_pipeline
 from omni_core.request import SpeechRequest
 
@@ -66,7 +66,8 @@ def test_loading_leaves_the_calling_thread_without_kernel_threads():
         loaded.set()
         release.wait()
 
-    before = os_threads()
+    wait_for_idle_engines()  # earlier tests' engine threads end first: only this test's threads come and go
+    before = settles_to(0, timeout=1.0)
     thread = threading.Thread(target=caller)
     thread.start()
     try:
@@ -81,6 +82,7 @@ def test_loading_leaves_the_calling_thread_without_kernel_threads():
 @needs_proc
 def test_an_idle_engine_thread_ends_and_the_next_request_starts_one_with_the_same_kernel_threads():
     request = SpeechRequest("The engine comes back.", max_frames=4)
+    wait_for_idle_engines()
     with load_pipeline("tiny", device="cpu", threads=2) as pipe:
         before = pipe.generate(request)
         assert pipe.call(torch.get_num_threads) == 2
