@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from omni_core.engine.threads import in_passing_thread, wait_for_idle_engines
+from omni_core.engine.threads import in_passing_thread, rest_engines
 
 
 def interleaved(cases: dict, repeats: int, warmup: int = 1) -> dict[str, float]:
@@ -54,7 +54,7 @@ def alone(fn):
     """fn() → (its result, its seconds), run with no other kernel threads alive in the process: after every
     engine thread has gone idle and ended, in a thread that ends with it (a reference model's kernels,
     run in the main thread, would leave an OpenMP team that slows every engine after it: engine/threads.py)."""
-    wait_for_idle_engines()
+    rest_engines()
 
     def timed():
         _sync()
@@ -314,7 +314,7 @@ def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60) -> d
         runs = {name: [] for name in engines}
         for _ in range(repeats):
             for name, pipe in engines.items():
-                wait_for_idle_engines()  # the last engine's thread has ended: this one's team is alone
+                rest_engines()  # the last engine's thread has ended: this one's team is alone
                 runs[name].append(run_concurrently(pipe, requests))
         out[f"{n} at once"] = {name: summarize(rs) for name, rs in runs.items()}
     for name in engines:

@@ -91,8 +91,9 @@ def test_concurrent_requests_equal_their_solo_runs(count):
 def test_concurrent_requests_equal_their_solo_runs_with_all_cores():
     """The same, with the engine's kernels on 2 threads (the tests otherwise run on 1)."""
     pipe = our_pipeline("tiny")
-    before = torch.get_num_threads(), pipe.call(torch.get_num_threads)
+    before = torch.get_num_threads(), pipe.engine.threads
     torch.set_num_threads(2)
+    pipe.engine.threads = 2  # what every engine thread sets when it starts (an idle one ends after 1 s)
     pipe.call(torch.set_num_threads, 2)  # the engine's thread runs the kernels
     try:
         assert pipe.call(torch.get_num_threads) == 2
@@ -101,6 +102,7 @@ def test_concurrent_requests_equal_their_solo_runs_with_all_cores():
         together = staggered(pipe, requests, after_frames=2)
     finally:
         torch.set_num_threads(before[0])
+        pipe.engine.threads = before[1]
         pipe.call(torch.set_num_threads, before[1])
     for got, want in zip(together, solo):
         assert_same(got, want)

@@ -1,6 +1,6 @@
 """Where kernels run (omni_core/engine/threads.py): loading in a thread that ends, an engine thread
-that ends when idle and comes back for the next request with the same kernel threads, and no
-threads left behind by a pipeline that loaded and served."""
+that ends when idle (after IDLE_EXIT_S, or at once after `rest`) and comes back for the next request
+with the same kernel threads, and no threads left behind by a pipeline that loaded and served."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from omni_core.engine.threads import IDLE_EXIT_S, in_passing_thread, wait_for_idle_engines
+from omni_core.engine.threads import in_passing_thread, rest_engines
 from omni_core.pipeline import load_pipeline
 from omni_core.request import SpeechRequest
+
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
 
 
 def os_threads() -> int:
@@ -22,11 +24,13 @@ def os_threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def wait_for_idle_exit(pipe, timeout: float = IDLE_EXIT_S + 5) -> None:
+def settles_to(limit: int, timeout: float = 3.0) -> int:
+    """The process's thread count once it is at most `limit` (threads that were told to end take a
+    moment), or what it is after `timeout`."""
     end = time.monotonic() + timeout
-    while pipe.engine.has_thread:
-        assert time.monotonic() < end, "the idle engine thread did not end"
+    while os_threads() > limit and time.monotonic() < end:
         time.sleep(0.05)
+    return os_threads()
 
 
 def test_in_passing_thread_returns_raises_and_ends():
@@ -43,18 +47,6 @@ def test_in_passing_thread_returns_raises_and_ends():
         in_passing_thread(1, lambda: 1 / 0)
 
 
-def settles_to(limit: int, timeout: float = 3.0) -> int:
-    """The process's thread count once it is at most `limit` (threads that were told to end take a
-    moment), or what it is after `timeout`."""
-    end = time.monotonic() + timeout
-    while os_threads() > limit and time.monotonic() < end:
-        time.sleep(0.05)
-    return os_threads()
-
-
-needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
-
-
 @needs_proc
 def test_loading_leaves_the_calling_thread_without_kernel_threads():
     """A thread that loads a pipeline with 2 kernel threads and stays alive adds itself and nothing
@@ -66,7 +58,7 @@ def test_loading_leaves_the_calling_thread_without_kernel_threads():
         loaded.set()
         release.wait()
 
-    wait_for_idle_engines()  # earlier tests' engine threads end first: only this test's threads come and go
+    rest_engines()  # earlier tests' engine threads end first: only this test's threads come and go
     before = settles_to(0, timeout=1.0)
     thread = threading.Thread(target=caller)
     thread.start()
@@ -80,16 +72,41 @@ def test_loading_leaves_the_calling_thread_without_kernel_threads():
 
 
 @needs_proc
-def test_an_idle_engine_thread_ends_and_the_next_request_starts_one_with_the_same_kernel_threads():
+def test_a_rested_engine_thread_ends_and_the_next_request_starts_one_with_the_same_kernel_threads():
     request = SpeechRequest("The engine comes back.", max_frames=4)
-    wait_for_idle_engines()
+    rest_engines()
     with load_pipeline("tiny", device="cpu", threads=2) as pipe:
         before = pipe.generate(request)
         assert pipe.call(torch.get_num_threads) == 2
         serving = os_threads()
-        wait_for_idle_exit(pipe)
+        assert pipe.engine.has_thread
+        rest_engines()
+        assert not pipe.engine.has_thread
         assert settles_to(serving - 2) <= serving - 2, "the engine thread or its OpenMP worker stayed"
         after = pipe.generate(request)  # a new engine thread
         assert pipe.call(torch.get_num_threads) == 2
         np.testing.assert_array_equal(after.codes, before.codes)
         np.testing.assert_array_equal(after.audio, before.audio)
+
+
+def test_an_engine_asked_to_rest_while_serving_finishes_its_requests_first():
+    with load_pipeline("tiny", device="cpu") as pipe:
+        stream = pipe.stream(SpeechRequest("Still speaking when asked to rest.", max_frames=12))
+        next(iter(stream))
+        pipe.engine.rest()
+        events = list(stream)
+        assert stream.result is not None and stream.result.stats.frames == 12, events[-1:]
+        rest_engines(timeout=10)
+        assert not pipe.engine.has_thread
+
+
+def test_an_idle_engine_thread_ends_by_itself(monkeypatch):
+    from omni_core.engine import loop
+    monkeypatch.setattr(loop, "IDLE_EXIT_S", 0.2)
+    with load_pipeline("tiny", device="cpu") as pipe:
+        pipe.generate(SpeechRequest("Then nothing.", max_frames=2))
+        end = time.monotonic() + 10
+        while pipe.engine.has_thread:
+            assert time.monotonic() < end, "the idle engine thread did not end"
+            time.sleep(0.05)
+        assert pipe.generate(SpeechRequest("And again.", max_frames=2)).stats.frames == 2

@@ -8,9 +8,9 @@ emit each row's frame and audio.
 All torch work happens in the engine's own thread: callers (Gradio's worker threads)
 only put requests in and read events out. Torch kernels run on an OpenMP team per
 calling thread, and a second living team makes every team's kernels wait for sleeping
-workers (engine/threads.py: a lone tiny request 1.8x slower), so the engine's thread is the
-only one with kernels to run, and it ends when it has been idle for a second (a later
-request starts another): idle pipelines keep no team alive.
+workers (engine/threads.py: a lone tiny request 1.5x slower), so the engine's thread is the
+only one with kernels to run, and it ends when it has been idle for 30 s or is asked to rest
+(a later request starts another): idle pipelines keep no team alive.
 
 Time is charged per stage: every request in a batched call waited for all of it, so each
 is charged the whole call.
@@ -39,7 +39,7 @@ from omni_core.engine.runner import Runner
 from omni_core.engine.scheduler import Scheduler
 from omni_core.engine.sequence import Sequence
 from omni_core.engine.speech_model import SpeechModel
-from omni_core.engine.threads import ENGINE_THREADS, IDLE_EXIT_S
+from omni_core.engine.threads import ENGINES, IDLE_EXIT_S
 from omni_core.request import RequestError
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 POLL_S = 0.1  # how often a waiting caller checks that the engine is alive
 PAUSED_POLL_S = 0.02  # how often an engine whose requests are all paused looks again
 CLOSE = object()  # the inbox item that ends the loop
+REST = object()  # the inbox item that wakes the loop to end an idle thread (`Engine.rest`)
 
 
 class Engine:
@@ -56,6 +57,7 @@ class Engine:
         self.scheduler = Scheduler(max_batch, **options)
         self.runner = Runner(model)
         self.threads = threads or torch.get_num_threads()
+        self._rest = False  # end the thread as soon as it is idle (`rest`)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()  # lists of new Sequences, (fn, args, Future) calls
         self.steps_taken = 0
         self.error: EngineError | None = None  # set once the engine no longer serves
@@ -63,6 +65,7 @@ class Engine:
         self._failed_steps = 0  # steps in a row that raised
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # guards error, _queued, _thread and putting requests in the inbox
+        ENGINES.add(self)
 
     @property
     def model(self) -> SpeechModel:
@@ -120,6 +123,14 @@ class Engine:
             self.check_alive()
         return future.result()
 
+    def rest(self) -> None:
+        """End the engine's thread as soon as it has nothing to do (its OpenMP team goes with it:
+        engine/threads.py); the next request or call starts another."""
+        with self._lock:
+            if self._thread is not None:
+                self._rest = True
+                self.inbox.put(REST)
+
     def check_alive(self) -> None:
         """Raise EngineError if the engine cannot serve any more (callers poll this while they wait)."""
         with self._lock:
@@ -146,7 +157,6 @@ class Engine:
     def _start_thread(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="omni-engine", daemon=True)
-            ENGINE_THREADS.add(self._thread)
             self._thread.start()
 
     # ---- the loop ------------------------------------------------------------------------------
@@ -157,12 +167,13 @@ class Engine:
             with torch.no_grad():
                 while True:
                     waiting = not self.scheduler.active
-                    taken = self._drain(IDLE_EXIT_S if waiting else PAUSED_POLL_S if self.scheduler.idle else 0)
+                    idle_wait = 0 if self._rest else IDLE_EXIT_S
+                    taken = self._drain(idle_wait if waiting else PAUSED_POLL_S if self.scheduler.idle else 0)
                     if taken is None:
                         break
                     if self.scheduler.active:
                         self._step_or_count()
-                    elif waiting and not taken and self._let_thread_go():
+                    elif waiting and (self._rest or not taken) and self._let_thread_go():
                         return
             self._go_down(EngineError("the pipeline is closed"))
         except EngineError as exc:
@@ -190,7 +201,7 @@ class Engine:
         with self._lock:
             if not self.inbox.empty():
                 return False
-            self._thread = None
+            self._thread, self._rest = None, False
             return True
 
     def _drain(self, timeout: float) -> int | None:
@@ -205,6 +216,8 @@ class Engine:
             block, taken = False, taken + 1
             if item is CLOSE:
                 return None
+            if item is REST:  # it only woke the loop
+                continue
             if isinstance(item, list):
                 for seq in item:
                     self.scheduler.add(seq)

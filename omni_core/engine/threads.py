@@ -4,14 +4,16 @@ torch's CPU kernels run on OpenMP (libgomp). Every thread that starts a parallel
 own team of worker threads, and the team lives as long as that thread. While the workers of all
 living teams outnumber the cores, libgomp stops letting idle workers spin: each parallel region
 then wakes sleeping workers, about 70 µs a time. Measured on this project's 2-core machine (torch
-2.13): a 15-row float32 linear takes 6 µs in the only team and 84 µs beside a second, idle team;
-a lone tiny-model request made 38 frames/s in an engine thread beside the loading thread's team
-and 67 alone; 8 at once 100 and 215. So:
+2.13, benchmarks/threads.py): a 15-row float32 linear takes 6 µs in the only team and 84 µs beside
+a second, idle team; with the weights loaded in the caller's thread (a second team for good), a
+lone tiny-model request ran 1.5x slower and 8 at once 2.2x slower than now. So:
 
 - a pipeline loads its weights (init, the batch-invariant plans' probes) `in_passing_thread`,
   which ends and takes its team with it;
-- an engine's thread ends when it has been idle for `IDLE_EXIT_S` and a new one starts at the
-  next request (engine/loop.py), so idle pipelines keep no team alive;
+- an engine's thread ends when it has been idle for `IDLE_EXIT_S`, or at once when idle after
+  `rest_engines()`, and a new one starts at the next request (engine/loop.py), so idle pipelines
+  keep no team alive. Not sooner: a new thread's first request runs ~15 ms slower (its talker
+  prefill, measured; the cause is not known), which a user clicking again would hear;
 - callers' threads (the app's, Gradio's workers) run no kernels: they hand work to the engine
   (`Pipeline.call`, `decode`, `encode`).
 
@@ -27,8 +29,8 @@ import weakref
 
 import torch
 
-IDLE_EXIT_S = 1.0  # an engine thread with nothing to do for this long ends
-ENGINE_THREADS: weakref.WeakSet = weakref.WeakSet()  # every engine thread started (engine/loop.py adds them)
+IDLE_EXIT_S = 30.0  # an engine thread with nothing to do for this long ends
+ENGINES: weakref.WeakSet = weakref.WeakSet()  # every engine made (engine/loop.py adds itself)
 
 
 def in_passing_thread(threads: int, fn, *args, **kwargs):
@@ -51,12 +53,15 @@ def in_passing_thread(threads: int, fn, *args, **kwargs):
     return outcome["value"]
 
 
-def wait_for_idle_engines(timeout: float = IDLE_EXIT_S + 10) -> None:
-    """Wait until every engine thread of this process has ended (an idle one ends after IDLE_EXIT_S):
-    what a benchmark does before timing one thing, so that no other team shares the cores.
+def rest_engines(timeout: float = 60.0) -> None:
+    """Ask every engine of this process to end its thread as soon as it is idle, and wait until they
+    have: what a benchmark does before timing one thing, so that no other team shares the cores.
     Raises TimeoutError if one is still busy after `timeout` seconds."""
+    engines = list(ENGINES)
+    for engine in engines:
+        engine.rest()
     end = time.monotonic() + timeout
-    while any(t.is_alive() for t in list(ENGINE_THREADS)):
+    while any(engine.has_thread for engine in engines):
         if time.monotonic() > end:
-            raise TimeoutError(f"an engine thread was still running after {timeout:.0f} s")
-        time.sleep(0.02)
+            raise TimeoutError(f"an engine was still busy after {timeout:.0f} s")
+        time.sleep(0.01)
