@@ -1,13 +1,11 @@
 """The one table of batch buckets for the fixed-shape fast paths (compiled predictor frames,
 CUDA graphs): a batch runs in the smallest bucket that holds it, padded with zero rows, so
 a few graphs serve every batch size. Each compile costs a minute or more on 2 cores, so the
-table is short; on a GPU padding 2 rows to 4 costs next to nothing. 8 is in it because a
-compiled re-prefill frame's time grows with its rows: 8 rows padded to 16 took 44 ms a frame
-on the tiny model, the eager frame of the same 8 rows 28 ms."""
+table is short; on a GPU padding 2 rows to 4 costs next to nothing."""
 
 from __future__ import annotations
 
-BUCKETS = (1, 4, 8, 16, 32)
+BUCKETS = (1, 4, 16, 32)
 
 
 def bucket(rows: int) -> int | None:
