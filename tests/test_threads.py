@@ -110,3 +110,20 @@ def test_an_idle_engine_thread_ends_by_itself(monkeypatch):
             assert time.monotonic() < end, "the idle engine thread did not end"
             time.sleep(0.05)
         assert pipe.generate(SpeechRequest("And again.", max_frames=2)).stats.frames == 2
+
+
+def test_rest_engines_waits_only_for_engines_that_can_rest():
+    """A closed engine has no thread to wait for, and one that holds a request (its reader stopped
+    reading) cannot rest: neither holds up the caller."""
+    closed = load_pipeline("tiny", device="cpu")
+    closed.generate(SpeechRequest("Closed after this.", max_frames=2))
+    closed.close()
+    assert not closed.engine.has_thread
+    with load_pipeline("tiny", device="cpu", max_unread=1) as busy:
+        stream = busy.stream(SpeechRequest("Nobody reads me to the end.", max_frames=400))
+        next(iter(stream))
+        start = time.monotonic()
+        rest_engines(timeout=20)
+        assert time.monotonic() - start < 10
+        assert busy.engine.active == 1 and busy.engine.has_thread
+        stream.close()

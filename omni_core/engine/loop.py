@@ -91,7 +91,7 @@ class Engine:
     def has_thread(self) -> bool:
         """Whether the engine's thread is running now (it ends after IDLE_EXIT_S with nothing to do)."""
         with self._lock:
-            return self._thread is not None
+            return self._thread is not None and self._thread.is_alive()  # a closed engine's ended
 
     # ---- the callers' side -----------------------------------------------------------------
 
@@ -127,7 +127,7 @@ class Engine:
         """End the engine's thread as soon as it has nothing to do (its OpenMP team goes with it:
         engine/threads.py); the next request or call starts another."""
         with self._lock:
-            if self._thread is not None:
+            if self._thread is not None and self._thread.is_alive():
                 self._rest = True
                 self.inbox.put(REST)
 

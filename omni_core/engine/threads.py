@@ -54,14 +54,15 @@ def in_passing_thread(threads: int, fn, *args, **kwargs):
 
 
 def rest_engines(timeout: float = 60.0) -> None:
-    """Ask every engine of this process to end its thread as soon as it is idle, and wait until they
-    have: what a benchmark does before timing one thing, so that no other team shares the cores.
-    Raises TimeoutError if one is still busy after `timeout` seconds."""
+    """Ask every engine of this process to end its thread as soon as it is idle, and wait until the
+    idle ones have: what a benchmark does before timing one thing, so that no other team shares the
+    cores. An engine that holds requests (a reader that stopped reading keeps its request paused)
+    cannot rest and is not waited for. Raises TimeoutError if an idle one has not ended after `timeout` s."""
     engines = list(ENGINES)
     for engine in engines:
         engine.rest()
     end = time.monotonic() + timeout
-    while any(engine.has_thread for engine in engines):
+    while any(engine.has_thread and not engine.active for engine in engines):
         if time.monotonic() > end:
-            raise TimeoutError(f"an engine was still busy after {timeout:.0f} s")
+            raise TimeoutError(f"an idle engine's thread was still running after {timeout:.0f} s")
         time.sleep(0.01)
