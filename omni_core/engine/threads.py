@@ -4,9 +4,10 @@ torch's CPU kernels run on OpenMP (libgomp). Every thread that starts a parallel
 own team of worker threads, and the team lives as long as that thread. While the workers of all
 living teams outnumber the cores, libgomp stops letting idle workers spin: each parallel region
 then wakes sleeping workers, about 70 µs a time. Measured on this project's 2-core machine (torch
-2.13, benchmarks/threads.py): a 15-row float32 linear takes 6 µs in the only team and 84 µs beside
-a second, idle team; with the weights loaded in the caller's thread (a second team for good), a
-lone tiny-model request ran 1.5x slower and 8 at once 2.2x slower than now. So:
+2.13, benchmarks/threads.py): a 15-row float32 linear takes 6 µs in the only team and 61-84 µs
+beside a second, idle team; a real-size code-predictor frame 244 against 293 ms; with the weights
+loaded in the caller's thread (a second team for good), a lone tiny-model request ran 1.5-1.9x
+slower and 8 at once 2.2-2.5x slower than now. So:
 
 - a pipeline loads its weights (init, the batch-invariant plans' probes) `in_passing_thread`,
   which ends and takes its team with it;
@@ -24,9 +25,9 @@ it for the calling thread only, as OpenMP does).
 from __future__ import annotations
 
 import atexit
-import threading
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -37,21 +38,13 @@ ENGINES: weakref.WeakSet = weakref.WeakSet()  # every engine made (engine/loop.p
 def in_passing_thread(threads: int, fn, *args, **kwargs):
     """fn(*args, **kwargs) in a new thread with `threads` kernel threads, which ends when fn returns:
     its return value, or its exception raised here."""
-    outcome: dict = {}
 
     def run():
         torch.set_num_threads(threads)
-        try:
-            outcome["value"] = fn(*args, **kwargs)
-        except BaseException as exc:  # handed to the caller
-            outcome["error"] = exc
+        return fn(*args, **kwargs)
 
-    thread = threading.Thread(target=run, name="omni-load", daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="omni-passing") as pool:  # exits: joined
+        return pool.submit(run).result()
 
 
 def rest_engines(timeout: float = 60.0) -> None:
