@@ -3,6 +3,8 @@
   t1  a 15-row float32 linear (64 → 256) and a 200k-element exp: in a thread that is the only one
       with an OpenMP team, and beside a second team that sits idle (one earlier kernel call in
       another, still-living thread);
+  t3  the real-size code predictor (5 x 1024, float32, KV, one request): ms per frame, alone and
+      beside a second idle team, as t1;
   t2  a lone request and 8 at once (tiny model, eager, 60 frames), with the weights loaded the old way
       (in the caller's thread, whose team lives on) and the new way (in a thread that ends): each
       in a fresh process, the two alternating, medians of 3 runs per process.
@@ -46,7 +48,17 @@ def in_thread(fn):
     return box["out"]
 
 
-def t1_child(second_team: bool) -> None:
+def real_predictor_ms() -> dict[str, float]:
+    from benchmarks.bench import _real_predictor
+    from omni_core.models.code_predictor import predict_kv
+
+    _, cp = _real_predictor(torch.float32, "cpu")
+    h, e0 = torch.randn(1, 1024), torch.randn(1, 1024)
+    with torch.no_grad():
+        return {"real predictor ms/frame": per_call_us(lambda: predict_kv(cp, h, e0), 5) / 1000}
+
+
+def t1_child(second_team: bool, measure=kernels_us) -> None:
     """One measurement in this fresh process: with or without a second, idle, living team."""
     release = threading.Event()
     if second_team:
@@ -60,7 +72,7 @@ def t1_child(second_team: bool) -> None:
 
         threading.Thread(target=idle_team, daemon=True).start()
         started.wait()
-    print(json.dumps(in_thread(kernels_us)))
+    print(json.dumps(in_thread(measure)))
     release.set()
 
 
@@ -92,10 +104,13 @@ def child(*args: str) -> dict:
 
 
 def main(rounds: int) -> None:
-    runs = {name: [] for name in ("t1 alone", "t1 beside a second team", "t2 old loading", "t2 new loading")}
+    runs = {name: [] for name in ("t1 alone", "t1 beside a second team", "t3 alone", "t3 beside a second team",
+                                  "t2 old loading", "t2 new loading")}
     for _ in range(rounds):
         runs["t1 alone"].append(child("t1", "0"))
         runs["t1 beside a second team"].append(child("t1", "1"))
+        runs["t3 alone"].append(child("t3", "0"))
+        runs["t3 beside a second team"].append(child("t3", "1"))
         runs["t2 old loading"].append(child("t2", "1"))
         runs["t2 new loading"].append(child("t2", "0"))
     for name, results in runs.items():
@@ -111,5 +126,7 @@ if __name__ == "__main__":
         main(args.rounds)
     elif args.child[0] == "t1":
         t1_child(args.child[1] == "1")
+    elif args.child[0] == "t3":
+        t1_child(args.child[1] == "1", real_predictor_ms)
     else:
         t2_child(args.child[1] == "1")
