@@ -18,7 +18,7 @@ def main() -> None:
                              batch_invariant=args.batch_invariant)
         print(pipe.load_report, flush=True)
         if args.compile:
-            pipe.warm_up()
+            pipe.warm_up(report=lambda message: print(message, flush=True))
     except (ValueError, OSError) as exc:  # CheckpointError names the file and the problem
         sys.exit(f"Cannot load model {args.model!r}: {exc}")
     outputs = OutputDir()

@@ -8,6 +8,7 @@ all running requests together, and each request keeps its own caches and generat
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -208,20 +209,26 @@ class Pipeline:
         mask[self.config.codec_ids["codec_eos_token_id"]] = False
         return mask
 
-    def warm_up(self) -> None:
-        """Run one short request per decode path, and compile (compile=True) or capture (CUDA) the
-        predictor for every batch bucket up to max_batch, so that this happens now and not in a
-        user's request."""
-        self.engine.call(torch.no_grad()(self.predictors.warm_up), self.engine.max_batch)
+    def warm_up(self, report=None) -> None:
+        """Run one short request per decode path, and compile or load (compile=True) or capture (CUDA)
+        the predictor for every batch bucket up to max_batch, so that this happens now and not in a
+        user's request. report(message), e.g. print: told what is compiled or loaded, and how long it took."""
+        report = report or (lambda message: None)
+        started = time.perf_counter()
+        self.engine.call(torch.no_grad()(self.predictors.warm_up), self.engine.max_batch, report)
         mode = "chat" if self.family == "qwen3_omni" else "speak"
         extra = {}
         if self.abilities["clone"]:  # a second of a tone: the clone path's encoders warm up too
             tone = 0.3 * np.sin(np.arange(SAMPLE_RATE) * 2 * np.pi * 220 / SAMPLE_RATE)
             extra = dict(reference_audio=(SAMPLE_RATE, tone.astype(np.float32)), reference_text="warm up")
+        steps = time.perf_counter()
         for predictor in ("reprefill", "kv"):
             for do_sample in (False, True):
                 self.generate(SpeechRequest("warm up", mode=mode, predictor=predictor, do_sample=do_sample,
                                             max_frames=3, max_text_tokens=3, **extra))
+        if self.compiled:
+            report(f"the one-token decode steps: ready in {time.perf_counter() - steps:.0f} s (compiled, or read from "
+                   f"inductor's cache); warm-up done in {time.perf_counter() - started:.0f} s")
 
     # ---- audio → codes → audio ----------------------------------------------------------------
 

@@ -1,10 +1,16 @@
-"""torch.compile'd decoding (compiled.py) against eager, which is the reference (it equals HF:
-test_pipeline.py). The first request of each kind compiles (about a minute on a fresh machine)."""
+"""Compiled decoding (compiled.py, packages.py) against eager, which is the reference (it equals HF:
+test_pipeline.py). The first request of each kind compiles (about a minute on a fresh machine); the
+predictor frames are kept as packages in the cache folder, which a second process loads."""
 
 from __future__ import annotations
 
 import copy
 import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +23,7 @@ from omni_core.fast.buckets import buckets_up_to
 from tests.conftest import our_pipeline
 
 
-WARM_UP_GRAPHS: dict[str, int] = {}  # preset → graphs dynamo compiled while it warmed up
+WARM_UP_GRAPHS: dict[str, int] = {}  # preset → graphs dynamo compiled while it warmed up, less the frames' exports
 
 
 @functools.lru_cache(maxsize=None)
@@ -30,7 +36,7 @@ def compiled_pipeline(preset: str):
     if preset == "tiny":
         before = counters["stats"]["unique_graphs"]
         pipe.warm_up()
-        WARM_UP_GRAPHS[preset] = counters["stats"]["unique_graphs"] - before
+        WARM_UP_GRAPHS[preset] = counters["stats"]["unique_graphs"] - before - pipe.predictors.compiled.built
     return pipe
 
 
@@ -47,13 +53,15 @@ def test_after_warm_up_nothing_compiles_again():
     not a longer reply, not a talker cache that grows, not speak mode. First in this file, so that
     no other test's request has compiled anything the warm-up missed."""
     pipe = compiled_pipeline("tiny")  # warmed up when it was made, before any request
-    # Each predictor frame once per bucket (1, 4), one step per stack: nothing compiled twice (a rotary
-    # table first built inside a graph once made the warm-up's own first request compile a frame again).
-    assert WARM_UP_GRAPHS["tiny"] == 2 * len(buckets_up_to(4)) + 2
+    # Each predictor frame once per bucket (1, 4), built or loaded; one step per stack: nothing compiled
+    # twice (a rotary table first built inside a graph once made the warm-up's first request compile again).
+    frames = pipe.predictors.compiled
+    assert frames.built + frames.loaded == 2 * len(buckets_up_to(4)) and WARM_UP_GRAPHS["tiny"] == 2
     with torch._dynamo.config.patch(error_on_recompile=True):
         for mode, predictor in (("chat", "kv"), ("speak", "reprefill")):
             pipe.generate(SpeechRequest("A longer request than the warm-up.", mode=mode, predictor=predictor,
                                         max_frames=100, max_text_tokens=12))
+    assert frames.built + frames.loaded == 2 * len(buckets_up_to(4))
 
 
 @pytest.mark.parametrize("predictor,do_sample", [("kv", False), ("reprefill", False), ("kv", True)])
@@ -106,13 +114,13 @@ def test_pipeline_info_says_compiled():
 
 
 def test_each_compiled_predictor_keeps_its_own_frozen_weights():
-    """Weights are frozen into the graph: a second predictor of the same shapes must get its
-    own graph, not replay the first one's weights."""
+    """Weights are frozen into the frame: a second predictor of the same shapes must get its own
+    package, not replay the first one's weights."""
     from omni_core.models.code_predictor import predict_kv
     from omni_core.fast.compiled import CompiledPredictors
     from tests.test_code_predictor import inputs
 
-    pipe = compiled_pipeline("tiny")  # its predictor's bucket-4 frames are compiled (warm-up)
+    pipe = compiled_pipeline("tiny")  # its predictor's bucket-4 frames are loaded (warm-up)
     first = pipe.talker.code_predictor
     second = copy.deepcopy(first)
     for head in second.lm_head:
@@ -121,13 +129,44 @@ def test_each_compiled_predictor_keeps_its_own_frozen_weights():
         h, e0 = inputs(pipe, batch=2)
         noise, greedy = torch.ones(15, 2, 2048), torch.ones(2, dtype=torch.bool)
         compiled = [pipe.predictors.compiled, CompiledPredictors(second)]
-        before = counters["stats"]["unique_graphs"]
+        before = [(c.built, c.loaded) for c in compiled]
         got = [c.run("kv", h, e0, noise, greedy)[0] for c in compiled]
-        assert counters["stats"]["unique_graphs"] == before + 1  # the first reuses its frame; the second has its own
+        assert (compiled[0].built, compiled[0].loaded) == before[0]  # the first reuses its frame
+        assert compiled[1].built + compiled[1].loaded == 1  # the second has its own (a rerun finds it on disk)
         want = [predict_kv(cp, h, e0)[0] for cp in (first, second)]
     assert not torch.equal(want[0], want[1])
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+SECOND_START = """
+import json, sys, time
+from omni_core import SpeechRequest, load_pipeline
+started = time.perf_counter()
+pipe = load_pipeline("tiny", device="cpu", compile=True, max_batch=4, threads=1)
+pipe.warm_up()
+ready = time.perf_counter() - started
+request = SpeechRequest(**json.loads(sys.argv[1]))
+codes = pipe.generate(request).codes.tolist()
+frames = pipe.predictors.compiled
+print(json.dumps(dict(built=frames.built, loaded=frames.loaded, ready_s=ready, codes=codes)))
+pipe.close()
+"""
+
+
+def test_a_second_process_loads_the_compiled_frames_instead_of_compiling():
+    """The frames this process compiled are kept in the cache folder: a new process with the same model
+    builds none, loads every one, and decodes the same codes (the steps come from inductor's cache)."""
+    pipe = compiled_pipeline("tiny")  # built or loaded every frame of buckets 1 and 4
+    args = dict(text="Tell me about the sea.", mode="chat", predictor="kv", seed=3, max_frames=24, max_text_tokens=8)
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", SECOND_START, json.dumps(args)], capture_output=True, text=True,
+                          timeout=600, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    second = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (second["built"], second["loaded"]) == (0, 2 * len(buckets_up_to(4))), second
+    np.testing.assert_array_equal(np.array(second["codes"]), pipe.generate(SpeechRequest(**args)).codes)
+    print(f"second start with compile=True ready in {second['ready_s']:.1f} s")
 
 
 def test_concurrent_compiled_requests_equal_their_solo_runs():

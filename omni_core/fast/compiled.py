@@ -1,4 +1,4 @@
-"""torch.compile for the decode hot paths: `load_pipeline(..., compile=True)`.
+"""Compiled decode hot paths: `load_pipeline(..., compile=True)`.
 
 Decoding a small model in eager PyTorch is bound by dispatch, not arithmetic: a tiny
 predictor frame is ~400 ops of a few µs each, and at real size the norms, rotations
@@ -13,22 +13,27 @@ without Python in between. What is compiled:
   Its weights are frozen into the graph (they are read-only after loading): inductor
   then keeps float32 matmul weights pre-packed for MKL, which multiplies a batch of 16
   rows ~1.7x faster than the unpacked GEMM (measured: 122 vs 71 GFLOPS on 2 cores), at
-  the cost of a packed copy of the predictor's weights per batch size;
+  the cost of a packed copy of the predictor's weights per batch size. The frames are
+  compiled ahead of time (AOTInductor) into packages kept in the cache folder
+  (packages.py): the first start compiles them, a later one loads them;
 - the one-token step of the thinker and of the talker (`DecoderStack.token_step`),
   with symbolic sizes, so the growing KV cache does not recompile it. The engine runs it
   once per request in a step (batch 1, as alone): batching rows through it would give
   other floats than a request gets alone.
 
-Every pipeline compiles its own copies of these functions (`fresh`).
+Every pipeline compiles its own copies of the steps (`fresh`); a predictor's packages are
+its own too (their names hold a digest of its weights).
 
 Eager is the reference; compiled must give the same codes (tests/test_compiled.py).
-The first call for a shape compiles: tens of seconds for the tiny model on 2 cores,
-minutes at real size (inductor's on-disk cache makes a second process quicker).
+The first call for a shape compiles: a minute or more per predictor frame for the tiny
+model on 2 cores, minutes at real size; the steps come from inductor's on-disk cache in a
+later process.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import types
 
 import torch
@@ -36,6 +41,7 @@ import torch._dynamo
 import torch._inductor.config
 import torch.nn.functional as F
 
+from omni_core.fast import packages
 from omni_core.fast.buckets import BUCKETS, bucket, buckets_up_to
 from omni_core.models.code_predictor import CodePredictor, predict_kv, predict_reprefill
 from omni_core.models.decoder import DecoderStack
@@ -74,20 +80,35 @@ def fresh(fn):
     return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
+class Frame(torch.nn.Module):
+    """One predictor frame as a module with tensor arguments only (what torch.export takes)."""
+
+    def __init__(self, cp: CodePredictor, fn):
+        super().__init__()
+        self.cp, self.fn = cp, fn
+
+    def forward(self, h, e0, noise, greedy_rows):
+        return self.fn(self.cp, h, e0, self.cp.sampling, noise=noise, greedy_rows=greedy_rows,
+                       alternatives=TOP_K_ALTERNATIVES)
+
+
 class CompiledPredictors:
-    """`predict_reprefill` and `predict_kv`, each compiled whole (one graph per frame and bucket)."""
+    """`predict_reprefill` and `predict_kv`, each compiled whole per batch bucket (one frame: 15 steps
+    unrolled), ahead of time into packages kept in the cache folder (packages.py): the first process
+    compiles them, later ones load them in under a second."""
+
+    FNS = {"reprefill": predict_reprefill, "kv": predict_kv}
 
     def __init__(self, cp: CodePredictor):
         self.cp = cp
-        self.fns = {name: strict(torch.compile(fresh(fn), fullgraph=True, dynamic=False, options=OPTIONS,
-                                               recompile_limit=RECOMPILE_LIMIT), f"the compiled {name} predictor")
-                    for name, fn in (("reprefill", predict_reprefill), ("kv", predict_kv))}
-        self.compiled: set[tuple] = set()  # (name, bucket, dtype, device) seen
+        self.frames: dict[tuple, object] = {}  # (name, bucket, dtype, device) → the loaded package
+        self.built = self.loaded = 0  # packages compiled by this object / read from the cache
         self.lock = threading.Lock()
+        self._digest: str | None = None  # of the predictor's weights and plans (read-only once loaded)
 
     def run(self, name: str, h: torch.Tensor, e0: torch.Tensor, noise: torch.Tensor, greedy_rows: torch.Tensor):
         """The eager predictor `name` with the predictor's sampling, `noise` [G-1, B, V] and `greedy_rows` [B]
-        (greedy-only batches too: one graph serves every mix), rows padded to a bucket."""
+        (greedy-only batches too: one frame serves every mix), rows padded to a bucket."""
         B = h.shape[0]
         size = bucket(B)
         if size is None:
@@ -96,33 +117,54 @@ class CompiledPredictors:
         h, e0 = F.pad(h, (0, 0, 0, pad)), F.pad(e0, (0, 0, 0, pad))  # zero rows; new contiguous tensors
         noise = F.pad(noise, (0, 0, 0, pad), value=1.0)
         greedy_rows = F.pad(greedy_rows, (0, pad), value=True)
-        fn, key = self.fns[name], (name, size, h.dtype, h.device)
-        if key in self.compiled:
-            out = fn(self.cp, h, e0, self.cp.sampling, noise=noise, greedy_rows=greedy_rows,
-                     alternatives=TOP_K_ALTERNATIVES)
-        else:
-            # The rotary table is built here, eagerly: dynamo guards on the table cache, and a table first
-            # built inside the graph finds the cache filled at the next call, which compiles the frame again.
-            self.cp.model.rope.table(0, self.cp.num_code_groups + 1, h.device, h.dtype)
-            # The first call compiles. Freezing is process-wide config (passing it in torch.compile's
-            # options changed nothing here), so it is set only for this call, one first call at a time.
-            with self.lock, torch._inductor.config.patch(freezing=True):
-                out = fn(self.cp, h, e0, self.cp.sampling, noise=noise, greedy_rows=greedy_rows,
-                         alternatives=TOP_K_ALTERNATIVES)
-            self.compiled.add(key)
+        out = self.frame(name, size, h.dtype, h.device)(h, e0, noise.contiguous(), greedy_rows)
         return tuple(t[:B] for t in out)
 
-    def warm_up(self, max_rows: int) -> None:
-        """Compile every bucket a batch of up to `max_rows` rows uses, for both predictors."""
-        cp, weight = self.cp, self.cp.lm_head[0].weight
-        V, C, G = weight.shape[0], cp.embedding_dim, cp.num_code_groups
+    def frame(self, name: str, size: int, dtype: torch.dtype, device: torch.device, report=None):
+        """The compiled frame for `size` rows: loaded once, from the cache folder, built there if missing.
+        report(message): told what happens (a build takes a minute or more on 2 cores)."""
+        what = (name, size, dtype, device)
+        if what not in self.frames:
+            with self.lock:  # one build at a time, and each only once
+                if what not in self.frames:
+                    self.frames[what] = self._load(*what, report or (lambda message: None))
+        return self.frames[what]
+
+    def _load(self, name, size, dtype, device, report):
+        if self._digest is None:
+            self._digest = packages.module_digest(self.cp)
+        path = packages.folder() / packages.key(dict(fn=name, rows=size, dtype=dtype, device=device.type), self._digest)
+        started = time.perf_counter()
+        if path.exists():
+            try:
+                frame = packages.load(path)
+                self.loaded += 1
+                report(f"the {name} predictor frame for {size} rows: loaded in {time.perf_counter() - started:.1f} s")
+                return frame
+            except Exception as exc:  # a damaged file: build it again
+                report(f"{path.name} could not be loaded ({exc}); compiling it again")
+        report(f"compiling the {name} predictor frame for {size} rows (a minute or more on 2 cores; kept in "
+               f"{path.parent} for the next start)")
+        # The rotary table is built here, eagerly, so the traced frame reads a filled table cache.
+        self.cp.model.rope.table(0, self.cp.num_code_groups + 1, device, dtype)
+        packages.build(Frame(self.cp, self.FNS[name]).eval(), self.example(size, dtype, device), path)
+        self.built += 1
+        report(f"the {name} predictor frame for {size} rows: compiled in {time.perf_counter() - started:.0f} s")
+        return packages.load(path)
+
+    def example(self, size: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """Arguments of a `size`-row frame (their shapes and dtypes are what a package takes)."""
+        V, C, G = self.cp.lm_head[0].weight.shape[0], self.cp.embedding_dim, self.cp.num_code_groups
+        h, e0 = (torch.zeros(size, C, dtype=dtype, device=device) for _ in range(2))  # two tensors, not one
+        noise = torch.ones(G - 1, size, V, device=device)
+        return h, e0, noise, torch.ones(size, dtype=torch.bool, device=device)
+
+    def warm_up(self, max_rows: int, report=None) -> None:
+        """Load (or build) the frames of every bucket a batch of up to `max_rows` rows uses, both predictors."""
+        weight = self.cp.lm_head[0].weight
         for size in buckets_up_to(max_rows):
-            h, e0 = (torch.zeros(size, C, dtype=weight.dtype, device=weight.device) for _ in range(2))  # not one
-            # tensor twice: dynamo would specialise the graph to the aliasing and compile again later
-            noise = torch.ones(G - 1, size, V, device=weight.device)
-            greedy = torch.ones(size, dtype=torch.bool, device=weight.device)
-            for name in self.fns:
-                self.run(name, h, e0, noise, greedy)
+            for name in self.FNS:
+                self.frame(name, size, weight.dtype, weight.device, report)
 
 
 def compile_step(stack: DecoderStack) -> None:

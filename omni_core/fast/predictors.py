@@ -49,10 +49,11 @@ class Predictors:
         parts = [self._run(kind, h[rows], e0[rows], generators[rows], use_graph) for rows in chunks(h.shape[0])]
         return parts[0] if len(parts) == 1 else tuple(torch.cat(out) for out in zip(*parts))
 
-    def warm_up(self, max_rows: int) -> None:
-        """Compile (compile=True) and capture (CUDA) every bucket a batch of up to max_rows rows uses."""
+    def warm_up(self, max_rows: int, report=None) -> None:
+        """Compile or load (compile=True) and capture (CUDA) every bucket a batch of up to max_rows rows
+        uses; report(message) is told about each compiled frame."""
         if self.compiled is not None:
-            self.compiled.warm_up(max_rows)
+            self.compiled.warm_up(max_rows, report)
         if self.device.type == "cuda":
             self.graph.warm_up(max_rows)
 

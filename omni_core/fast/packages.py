@@ -1,0 +1,91 @@
+"""Compiled code kept across processes: AOTInductor packages in the cache folder.
+
+torch.compile's on-disk cache cannot serve the predictor frames: their weights are frozen
+into the graph and pre-packed for MKL, and inductor's FX graph cache cannot pickle packed
+(mkldnn) tensors ("Bypassing FX Graph Cache because 'mkldnn tensors unpickleable'"), so
+every process compiled every frame again: about 10 minutes for `max_batch=4` on 2 cores.
+A frame is instead exported once (torch.export) and compiled ahead of time into a
+package (`torch._inductor.aoti_compile_and_package`, with the same freezing); a later
+process loads it in under a second.
+
+A package's name holds a digest of everything its code depends on (`key`): what it is
+(function, batch bucket, dtype, device), the module's parameters (names, shapes, strides,
+dtypes and bytes) and matmul plans, the kernel threads (inductor writes the thread count
+into the C++), torch's version and omni_core's own source. Anything else gets another
+package; packages are written to a temporary name and renamed into place, so two
+processes building the same one never see half of it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+import omni_core
+from omni_core.synthetic.tiny import cache_dir
+
+FORMAT = 1  # bump when what a package holds changes in a way the key does not see
+
+
+def folder() -> Path:
+    """Where packages live: <OMNI_CORE_CACHE or ~/.cache/omni_core>/compiled."""
+    return cache_dir() / "compiled"
+
+
+@functools.lru_cache(maxsize=1)
+def source_digest() -> str:
+    """Every .py file of omni_core (any change to the code may change a compiled graph)."""
+    root, h = Path(omni_core.__file__).parent, hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def module_digest(module: torch.nn.Module) -> str:
+    """The module's parameters and buffers (name, shape, strides, dtype, bytes) and every matmul plan."""
+    h = hashlib.sha256()
+    for name, t in itertools.chain(module.named_parameters(), module.named_buffers()):
+        h.update(f"{name} {tuple(t.shape)} {t.stride()} {t.dtype}\0".encode())
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    for name, sub in module.named_modules():
+        for attr in ("plan", "plans"):
+            if attr in vars(sub) or attr in vars(type(sub)):
+                h.update(f"{name}.{attr}={getattr(sub, attr)!r}\0".encode())
+    return h.hexdigest()
+
+
+def key(what: dict, module_digest: str) -> str:
+    """A package's file name: `what` (readable) plus a digest of it, the module and the versions."""
+    parts = dict(what, module=module_digest, threads=torch.get_num_threads(), torch=torch.__version__,
+                 source=source_digest(), format=FORMAT)
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    readable = "-".join(str(v).replace("torch.", "") for v in what.values())
+    return f"{readable}-{digest}.pt2"
+
+
+def build(module: torch.nn.Module, args: tuple, path: Path) -> None:
+    """Export `module` for `args` (fixed shapes) and compile it into the package `path` (freezing its
+    weights, as the in-process compile does), written under a temporary name and renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.pt2")  # the name must end in .pt2
+    try:
+        with torch.no_grad():
+            program = torch.export.export(module, args, strict=True)
+            torch._inductor.aoti_compile_and_package(program, package_path=str(tmp),
+                                                     inductor_configs={"freezing": True})
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load(path: Path) -> Callable:
+    """The package's compiled function: call it with the exported arguments; returns its outputs."""
+    return torch._inductor.aoti_load_package(str(path))
