@@ -120,14 +120,14 @@ def test_each_compiled_predictor_keeps_its_own_frozen_weights():
     from omni_core.fast.compiled import CompiledPredictors
     from tests.test_code_predictor import inputs
 
-    pipe = compiled_pipeline("tiny")  # its predictor's bucket-4 frames are loaded (warm-up)
+    pipe = compiled_pipeline("tiny")  # its predictor's bucket-1 frames are loaded (warm-up)
     first = pipe.talker.code_predictor
     second = copy.deepcopy(first)
     for head in second.lm_head:
         head.weight.data = head.weight.data.flip(0)  # other codes, same shapes
-    with torch.no_grad():  # as the engine calls it
-        h, e0 = inputs(pipe, batch=2)
-        noise, greedy = torch.ones(15, 2, 2048), torch.ones(2, dtype=torch.bool)
+    with torch.no_grad():  # as the engine calls it; one row: the quickest frame to build (bucket 1)
+        h, e0 = inputs(pipe, batch=1)
+        noise, greedy = torch.ones(15, 1, 2048), torch.ones(1, dtype=torch.bool)
         compiled = [pipe.predictors.compiled, CompiledPredictors(second)]
         before = [(c.built, c.loaded) for c in compiled]
         got = [c.run("kv", h, e0, noise, greedy)[0] for c in compiled]

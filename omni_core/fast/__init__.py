@@ -2,6 +2,7 @@
 
 predictors.py  Predictors: the code predictor's path, chosen once per pipeline
 buckets.py     the one table of batch buckets (compiled frames and CUDA graphs)
-compiled.py    torch.compile'd predictor frames and one-token decode steps
+compiled.py    compiled predictor frames (ahead of time) and one-token decode steps (torch.compile)
+packages.py    compiled frames kept across processes: AOTInductor packages in the cache folder
 cuda_graph.py  the re-prefill predictor captured as CUDA graphs
 """

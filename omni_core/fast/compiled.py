@@ -47,13 +47,11 @@ from omni_core.models.code_predictor import CodePredictor, predict_kv, predict_r
 from omni_core.models.decoder import DecoderStack
 from omni_core.models.sampling import TOP_K_ALTERNATIVES
 
-# The code launching the kernels is C++, not Python; it is built apart from the kernels, which makes a
-# tiny predictor frame's first compile ~20% shorter on 2 cores at the same speed (kernels unchanged).
+# The one-token steps: the code launching the kernels is C++, not Python, built apart from the kernels
+# (a first compile ~20% shorter on 2 cores at the same speed).
 OPTIONS = {"cpp_wrapper": True, "cpp_wrapper_build_separate": True}
-# One graph per (predictor, batch bucket, dtype) and one step per stack; the benchmark's
-# real-size sweep needs more than the default 8 per function, and would then run eager unnoticed.
-# Set per compiled region, not in dynamo's process-wide config (which other code may change): in the
-# batched engine the one-token step meets caches of several lengths and capacities in one step.
+# Graphs one step may compile before `strict` raises: it meets caches of several lengths and capacities
+# in one engine step. Set per compiled region, not in dynamo's process-wide config (which other code may change).
 RECOMPILE_LIMIT = 64
 
 
