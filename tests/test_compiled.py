@@ -74,13 +74,6 @@ def test_compiled_gives_the_eager_codes(predictor, do_sample):
     assert got.stats.frames == FRAMES
 
 
-def test_compiled_second_preset():
-    """Other shapes: top-1 routing, a dense first thinker layer, one KV head in the talker."""
-    req = request("kv")
-    got, want = compiled_pipeline("tiny-b").generate(req), our_pipeline("tiny-b").generate(req)
-    np.testing.assert_array_equal(got.codes, want.codes)
-
-
 def test_compare_mode_compiled_has_no_mismatch():
     result = compiled_pipeline("tiny").generate(request("compare", frames=24))
     assert result.stats.mismatches == 0 and result.stats.frames == 24
