@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from omni_core.models.invariant import PLAIN, ROWWISE, SAFE, Linear, Plan, choose, holds, linear
+from omni_core.models.invariant import PLAIN, ROWWISE, SAFE, Linear, Plan, choose, holds, linear, runs
 
 from .conftest import our_pipeline
 
@@ -45,9 +45,14 @@ def test_a_row_is_the_same_alone_and_in_any_batch_at_any_position(shape, dtype):
     (torch.bfloat16, (6144, 2048), Plan(1, 32)),  # at K = 6144 a lone bfloat16 row does too
 ])
 def test_a_plan_that_breaks_invariance_is_rejected(dtype, shape, broken):
-    """So removing the padding without a replacement cannot pass unnoticed; the safe rule holds."""
+    """So removing the padding without a replacement cannot pass unnoticed; the safe rule holds.
+    Which row counts share a kernel is the CPU's: where this one runs every count of the plan in one
+    kernel (bfloat16 at K = 6144 on an AMD EPYC), the plan is not broken here, and `holds` must say so."""
     weight, _, _ = weights(*shape, dtype)
-    assert not holds(broken, weight)
+    one_kernel = any(first <= broken.pad_min and broken.chunk <= last for first, last in runs(weight))
+    assert holds(broken, weight) == one_kernel, runs(weight)
+    if one_kernel:
+        pytest.skip(f"this CPU runs {broken.pad_min}..{broken.chunk} rows of {tuple(shape)} {dtype} in one kernel")
     assert holds(SAFE, weight)
 
 
