@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from omni_core.models.invariant import PLAIN, ROWWISE, SAFE, Linear, Plan, choose, holds, linear, runs
+from omni_core.models.invariant import (MIN_RUN, PLAIN, ROWWISE, SAFE, Linear, Plan, candidates, choose, holds, linear,
+                                        runs)
 
 from .conftest import our_pipeline
 
@@ -74,6 +75,17 @@ def test_the_cheapest_plan_that_holds_is_chosen_per_shape_and_cached():
     assert choose(w32.clone(), None, chosen) is plan and len(chosen) == 1  # one probe per shape
 
 
+def test_a_long_run_of_row_counts_goes_before_a_short_one():
+    """Kernel runs measured on the project's CPUs: the first plan tried pads a lone row least among the
+    runs that can take a batch in few blocks."""
+    assert candidates([(1, 1), (2, 15), (16, 32)])[0] == Plan(2, 15)  # Xeon float32
+    assert candidates([(1, 1), (2, 2), (3, 32)])[0] == Plan(3, 32)  # Xeon float32, tiny widths
+    assert candidates([(1, 1), (2, 3), (4, 32)])[0] == Plan(4, 32)  # EPYC float32: not blocks of 3
+    assert candidates([(1, 32)]) == [Plan(1, 32), SAFE]  # bfloat16
+    assert candidates([(1, 1), (2, 3), (4, 5), (6, 32)]) == [Plan(6, 32), Plan(2, 3), Plan(4, 5), SAFE]
+    assert candidates([(1, 1), (2, 3), (4, 5)]) == [Plan(2, 3), Plan(4, 5), SAFE]  # no long run: as before
+
+
 def test_padding_keeps_shapes_and_the_values_of_f_linear():
     weight, bias = torch.randn(10, 64), torch.randn(10)
     plan = Plan(2, 15)
@@ -89,6 +101,8 @@ def test_a_loaded_pipeline_has_a_plan_that_holds_for_every_matmul():
     linears = {tuple(m.weight.shape): m for root in modules for m in root.modules() if isinstance(m, Linear)}
     for m in linears.values():  # one per shape: the plan chosen at load holds
         assert holds(m.plan, m.weight, m.bias), (tuple(m.weight.shape), m.plan)
+    # a batch of up to MIN_RUN rows in one block (where the CPU has such a run: both CPUs here do)
+    assert all(m.plan.chunk - m.plan.pad_min + 1 >= MIN_RUN for m in linears.values() if m.plan != ROWWISE)
     assert all(m.plan != SAFE for m in linears.values())  # cheaper than the old rule everywhere; the tiny
     # shared-expert gate (N = 1), where no GEMM run holds (nor the old rule), sums its products row by row
     assert linears[(1, 64)].plan == ROWWISE
@@ -103,9 +117,10 @@ def test_inside_exact_a_call_is_plain_f_linear():
     from omni_core.models.invariant import exact
 
     weight, _, g = weights(1024, 3072, torch.float32)
-    x = torch.randn(40, 1024, generator=g)
+    x = torch.randn(1, 1024, generator=g)  # a lone float32 row: padded by the plan (2 rows on the Xeon, 4 on the EPYC)
     plan = choose(weight, None, {})
-    assert not torch.equal(linear(x, weight, None, plan), F.linear(x, weight))  # 15-row chunks: other bits
+    assert plan.pad_min > 1
+    assert not torch.equal(linear(x, weight, None, plan), F.linear(x, weight))  # another kernel: other bits
     with exact():
         assert torch.equal(linear(x, weight, None, plan), F.linear(x, weight))
     assert not torch.equal(linear(x, weight, None, plan), F.linear(x, weight))  # and only inside

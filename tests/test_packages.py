@@ -57,6 +57,17 @@ def test_the_kernel_threads_change_the_name():
         torch.set_num_threads(threads)
 
 
+def test_another_machine_gets_another_name(monkeypatch):
+    """The C++ is built for this CPU (-march=native): a cache folder shared with another machine
+    must not hand it this machine's packages."""
+    from omni_core import cache
+
+    module = small()
+    here = name(module)
+    monkeypatch.setattr(cache, "_cpu", lambda: "vendor_id=OtherVendor\nflags=sse2")
+    assert name(module) != here
+
+
 def test_a_failed_build_leaves_no_file(tmp_path):
     class Unexportable(torch.nn.Module):
         def forward(self, x):

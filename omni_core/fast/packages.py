@@ -11,7 +11,8 @@ process loads it in under a second.
 A package's name holds a digest of everything its code depends on (`key`): what it is
 (function, batch bucket, dtype, device), the module's parameters (names, shapes, strides,
 dtypes and bytes) and matmul plans, the kernel threads (inductor writes the thread count
-into the C++), torch's version and omni_core's own source. Anything else gets another
+into the C++), the machine (cache.machine: its C++ is built for this CPU), torch's version and
+omni_core's own source. Anything else gets another
 package; packages are written to a temporary name and renamed into place, so two
 processes building the same one never see half of it.
 """
@@ -30,6 +31,7 @@ from typing import Callable
 import torch
 
 import omni_core
+from omni_core.cache import machine
 from omni_core.synthetic.tiny import cache_dir
 
 FORMAT = 1  # bump when what a package holds changes in a way the key does not see
@@ -65,7 +67,7 @@ def module_digest(module: torch.nn.Module) -> str:
 def key(what: dict, module_digest: str) -> str:
     """A package's file name: `what` (readable) plus a digest of it, the module and the versions."""
     parts = dict(what, module=module_digest, threads=torch.get_num_threads(), torch=torch.__version__,
-                 source=source_digest(), format=FORMAT)
+                 machine=machine(torch.device(what["device"])), source=source_digest(), format=FORMAT)
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
     readable = "-".join(str(v).replace("torch.", "") for v in what.values())
     return f"{readable}-{digest}.pt2"

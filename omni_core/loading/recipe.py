@@ -16,11 +16,10 @@ import torch
 from torch import nn
 
 from omni_core.codec.code2wav import Code2Wav
-from omni_core.loading import memory, qwen3_tts, random_weights
+from omni_core.loading import memory, plans, qwen3_tts, random_weights
 from omni_core.loading.checkpoint import load_tokenizer, load_weights, materialize, read_config
 from omni_core.loading.hub import is_hub_id, resolve_source
 from omni_core.models.config import CheckpointError, OmniConfig
-from omni_core.models.invariant import plan_linears
 from omni_core.models.qwen3_tts.config import TTSConfig
 from omni_core.models.qwen3_omni.talker import Talker
 from omni_core.models.qwen3_omni.thinker import Thinker
@@ -78,7 +77,7 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
         qwen3_tts.load(modules, path, cfg, dev, dt)
     else:
         load_weights(modules, path)
-    plan_linears(modules.values())  # batch-invariant matmuls: the cheapest kernel plan per shape
+    plans.plan_modules(modules.values(), dev)  # batch-invariant matmuls: the cheapest kernel plan per shape
     report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)
     synthetic = drawn or str(source) in tiny.PRESETS or str(source) in synthetic_tts.TINY_PRESETS
     return LoadedModel(cfg, modules, tokenizer, dev, dt, str(source), synthetic, report)

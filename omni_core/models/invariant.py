@@ -5,19 +5,22 @@ same floats alone as beside others. CPU GEMMs pick their kernel by the number of
 and rows come out with other last bits across kernels. Measured with torch 2.13 on this
 project's CPUs (BENCHMARKS.md, "Batch invariance"), every M in 1..32 at every position:
 
-  float32 (MKL sgemm)    1 | 2-15 | 16-128: three classes, the same at 1 and 2 threads
-  bfloat16 (oneDNN)      1-32 one class, except K = 6144, where 1 row differs from ≥ 2
+  Intel Xeon   float32 (MKL sgemm)  1 | 2-15 | 16-128: three classes, the same at 1 and 2 threads
+               bfloat16 (oneDNN)    1-32 one class, except K = 6144, where 1 row differs from >= 2
+  AMD EPYC     float32              1 | 2-3 | 4-32, at tiny and real widths
+               bfloat16             1-32 one class, K = 6144 too
 
 A `Plan(pad_min, chunk)` cuts a call so that every block has between pad_min and chunk rows
 (fewer rows are padded with zero rows, more are split), so every row runs in one class.
-The classes differ by shape (tiny widths have others), so they are mapped per weight shape
-once at load (`plan_linears`) by probing the real kernel with random rows, and the run of
-row counts with the smallest first count is taken, then checked at every position:
+The classes differ by shape and CPU (tiny widths have others), so they are mapped per weight
+shape once at load (`plan_linears`) by probing the real kernel with random rows; the run of at
+least MIN_RUN row counts with the smallest first count is taken, then checked at every position:
 
-  float32   pad 2 / chunk 15   a lone row pays a 2-row GEMM (~1.05x a 1-row call)
-  bfloat16  pad 1 / chunk 32   no padding at all; pad 2 / chunk 32 at K = 6144
-  otherwise pad 16 / chunk 32  the safe rule (every row in the 16-32 class), if it holds,
-            or ROWWISE: no GEMM, each row's products summed alone (a 1-output gate)
+  Xeon float32   pad 2 / chunk 15   a lone row pays a 2-row GEMM (~1.05x a 1-row call)
+  EPYC float32   pad 4 / chunk 32   not 2-3: batches would be cut into blocks of 3 rows
+  bfloat16       pad 1 / chunk 32   no padding at all; pad 2 / chunk 32 at K = 6144 on the Xeon
+  otherwise      pad 16 / chunk 32  the safe rule (every row in the 16-32 class), if it holds,
+                 or ROWWISE: no GEMM, each row's products summed alone (a 1-output gate)
 
 so a lone request runs at a lone row's speed and its rows still equal any batched run.
 A request's own prefill is never batched with others' rows: it runs with plain F.linear
@@ -45,6 +48,7 @@ PLAIN = Plan(1, 1 << 30)  # one F.linear per call whatever the rows: the fastest
 ROWWISE = Plan(0, 0)  # no GEMM: each row's products summed on their own (for shapes where no GEMM
 # run holds, e.g. a 1-output gate, whose matrix-vector kernel depends on the row count)
 PROBE_ROWS = 32  # row counts 1..PROBE_ROWS are mapped and checked
+MIN_RUN = 8  # a plan's run of row counts at least this long, where the CPU has one (`candidates`)
 _exact = False  # inside `exact()`: plain F.linear (a global, not a thread-local: compiled regions read it)
 
 
@@ -112,16 +116,25 @@ def runs(weight: torch.Tensor, bias: torch.Tensor | None = None, seed: int = 0) 
     return [tuple(r) for r in found]
 
 
+def candidates(found: list[tuple[int, int]]) -> list[Plan]:
+    """The plans to try, cheapest first, from the CPU's kernel runs (`runs`): a run at least MIN_RUN
+    counts long, smallest first count first (a lone row pays for that many rows); then shorter runs
+    (more than one count); then SAFE. A short run would cut every batch into many GEMMs: this AMD EPYC
+    runs float32 as 1 | 2-3 | 4-32 rows, and a plan of 2-3 rows cut a 64-row re-prefill call into 22
+    GEMMs (each one reading all the weights) where 4-32 takes 2, for a lone row padded to 4 instead of 2."""
+    long = [Plan(first, last) for first, last in found if last - first + 1 >= MIN_RUN]
+    short = [Plan(first, last) for first, last in found if 1 < last - first + 1 < MIN_RUN]
+    return sorted(long) + sorted(short) + [SAFE]
+
+
 def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict) -> Plan:
-    """The cheapest plan that holds for this weight's shape and dtype (cached in `chosen`): the run of
-    row counts with the smallest first count (a lone row pays for that many rows) that is more than one
-    count long and passes `holds`; else SAFE if it holds; else ROWWISE. (One call per row would spare
-    a tiny model's lone row its padding, but a compiled frame of B rows would hold B times the kernels:
-    one inductor C++ build ran for over 8 minutes.)"""
+    """The cheapest plan that holds for this weight's shape and dtype (cached in `chosen`): the first of
+    `candidates` that passes `holds`; else ROWWISE. (One call per row would spare a tiny model's lone
+    row its padding, but a compiled frame of B rows would hold B times the kernels: one inductor C++
+    build ran for over 8 minutes.)"""
     key = (tuple(weight.shape), weight.dtype, weight.device.type, bias is not None)
     if key not in chosen:
-        candidates = [Plan(first, last) for first, last in runs(weight, bias) if last > first] + [SAFE]
-        chosen[key] = next((p for p in candidates if holds(p, weight, bias)), ROWWISE)
+        chosen[key] = next((p for p in candidates(runs(weight, bias)) if holds(p, weight, bias)), ROWWISE)
     return chosen[key]
 
 

@@ -1,0 +1,42 @@
+"""What the cache folder's machine-made entries are keyed by: the machine that made them.
+
+Two kinds of entries are only right on the machine that made them: the batch-invariant matmul
+plans (loading/plans.py: which row counts share a GEMM kernel is the CPU's and the BLAS's) and
+the compiled predictor frames (fast/packages.py: C++ built with -march=native). A cache folder
+shared across machines (a network home, a copied ~/.cache) must never hand one machine's
+entries to another, so both keys hold `machine()`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import platform
+
+import torch
+
+_CPU_FIELDS = ("vendor_id", "cpu family", "model", "stepping", "model name", "flags")
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu() -> str:
+    """The first processor's identity lines of /proc/cpuinfo (its flags say which kernels run), or
+    what `platform` knows elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            first = f.read().split("\n\n", 1)[0]
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}"
+    lines = [line.split(":", 1) for line in first.splitlines() if ":" in line]
+    return "\n".join(f"{k.strip()}={v.strip()}" for k, v in lines if k.strip() in _CPU_FIELDS)
+
+
+def machine(device: torch.device) -> str:
+    """A short digest of what decides a kernel's bits and instructions on `device`: the CPU (or GPU),
+    torch's version and build (its MKL and oneDNN versions) and the kernel threads."""
+    parts = [_cpu(), torch.__version__, torch.__config__.show(), f"threads={torch.get_num_threads()}"]
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        parts += [torch.cuda.get_device_name(index), str(torch.cuda.get_device_capability(index)),
+                  str(torch.version.cuda)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]

@@ -1,0 +1,92 @@
+"""The matmul plans kept per machine (loading/plans.py): a second load probes nothing and gets the
+same plans; a damaged file or another machine's key means probing again."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from omni_core.loading import plans
+from omni_core.models import invariant
+from tests.conftest import our_pipeline
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    """The tiny pipeline's talker as loaded (before `cache` points the cache folder elsewhere)."""
+    return our_pipeline("tiny").talker
+
+
+@pytest.fixture
+def cache(loaded, tmp_path, monkeypatch):
+    monkeypatch.setattr(plans, "cache_dir", lambda: tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def probes(monkeypatch):
+    """How many shapes invariant.choose probed (each probe calls `runs` once)."""
+    count = [0]
+    real = invariant.runs
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(invariant, "runs", counted)
+    return count
+
+
+def talker_plans(talker) -> dict[str, tuple]:
+    return {name: m.plan for name, m in talker.named_modules() if isinstance(m, invariant.Linear)}
+
+
+def test_a_second_load_reads_the_plans_instead_of_probing(loaded, cache, probes):
+    talker = copy.deepcopy(loaded)
+    want = talker_plans(talker)  # chosen when the pipeline loaded
+    for m in talker.modules():  # forget them
+        if isinstance(m, invariant.Linear):
+            m.plan = invariant.SAFE
+    probed = plans.plan_modules([talker], CPU)
+    shapes = probes[0]
+    assert shapes > 3 and len(probed) == shapes  # every distinct shape probed once, all kept
+    assert talker_plans(talker) == want
+    assert plans.path(CPU).exists() and plans.read(CPU) == probed
+
+    again = copy.deepcopy(talker)
+    for m in again.modules():
+        if isinstance(m, invariant.Linear):
+            m.plan = invariant.SAFE
+    assert plans.plan_modules([again], CPU) == {} and probes[0] == shapes  # nothing probed the second time
+    assert talker_plans(again) == want
+
+
+def test_a_damaged_file_is_probed_again_and_rewritten(loaded, cache, probes):
+    plans.path(CPU).parent.mkdir(parents=True)
+    plans.path(CPU).write_text('{"64x64 float32 cpu bias=False": [2, ')  # cut short
+    talker = copy.deepcopy(loaded)
+    assert plans.read(CPU) == {}
+    probed = plans.plan_modules([talker], CPU)
+    assert probes[0] > 0 and plans.read(CPU) == probed
+
+
+def test_the_file_is_the_machines_own(cache):
+    """Another thread count (or CPU, or torch build) is another machine: its own file."""
+    first = plans.path(CPU)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1 if before != 1 else 2)
+    try:
+        assert plans.path(CPU) != first
+    finally:
+        torch.set_num_threads(before)
+    assert plans.path(CPU) == first
+
+
+def test_names_round_trip():
+    key = ((2048, 1024), torch.bfloat16, "cpu", False)
+    assert plans._name(key) == "2048x1024 bfloat16 cpu bias=False"
+    assert plans._key(plans._name(key)) == key
