@@ -40,6 +40,7 @@ def compiled_pipeline(preset: str):
     return pipe
 
 
+FRAMES_UP_TO_4 = len(buckets_up_to(4)) + 1  # the KV frame per bucket, the re-prefill frame at 1 row (ROW_BY_ROW)
 FRAMES = 70  # past the talker cache's first capacity (prompt + 64): it grows inside the compiled step
 
 
@@ -53,15 +54,16 @@ def test_after_warm_up_nothing_compiles_again():
     not a longer reply, not a talker cache that grows, not speak mode. First in this file, so that
     no other test's request has compiled anything the warm-up missed."""
     pipe = compiled_pipeline("tiny")  # warmed up when it was made, before any request
-    # Each predictor frame once per bucket (1, 4), built or loaded; one step per stack: nothing compiled
-    # twice (a rotary table first built inside a graph once made the warm-up's first request compile again).
+    # The KV frame once per bucket (1, 4) and the re-prefill frame at 1 row, built or loaded; one step per
+    # stack: nothing compiled twice (a rotary table first built inside a graph once made the warm-up's first
+    # request compile again).
     frames = pipe.predictors.compiled
-    assert frames.built + frames.loaded == 2 * len(buckets_up_to(4)) and WARM_UP_GRAPHS["tiny"] == 2
+    assert frames.built + frames.loaded == FRAMES_UP_TO_4 and WARM_UP_GRAPHS["tiny"] == 2
     with torch._dynamo.config.patch(error_on_recompile=True):
         for mode, predictor in (("chat", "kv"), ("speak", "reprefill")):
             pipe.generate(SpeechRequest("A longer request than the warm-up.", mode=mode, predictor=predictor,
                                         max_frames=100, max_text_tokens=12))
-    assert frames.built + frames.loaded == 2 * len(buckets_up_to(4))
+    assert frames.built + frames.loaded == FRAMES_UP_TO_4
 
 
 @pytest.mark.parametrize("predictor,do_sample", [("kv", False), ("reprefill", False), ("kv", True)])
@@ -150,14 +152,14 @@ pipe.close()
 def test_a_second_process_loads_the_compiled_frames_instead_of_compiling():
     """The frames this process compiled are kept in the cache folder: a new process with the same model
     builds none, loads every one, and decodes the same codes (the steps come from inductor's cache)."""
-    pipe = compiled_pipeline("tiny")  # built or loaded every frame of buckets 1 and 4
+    pipe = compiled_pipeline("tiny")  # built or loaded every frame of buckets 1 and 4 (re-prefill: 1)
     args = dict(text="Tell me about the sea.", mode="chat", predictor="kv", seed=3, max_frames=24, max_text_tokens=8)
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-c", SECOND_START, json.dumps(args)], capture_output=True, text=True,
                           timeout=600, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode == 0, done.stderr[-3000:]
     second = json.loads(done.stdout.strip().splitlines()[-1])
-    assert (second["built"], second["loaded"]) == (0, 2 * len(buckets_up_to(4))), second
+    assert (second["built"], second["loaded"]) == (0, FRAMES_UP_TO_4), second
     np.testing.assert_array_equal(np.array(second["codes"]), pipe.generate(SpeechRequest(**args)).codes)
     print(f"second start with compile=True ready in {second['ready_s']:.1f} s")
 

@@ -7,7 +7,8 @@ those chains into a few C++ loops and, with its C++ wrapper, launches the kernel
 without Python in between. What is compiled:
 
 - a whole frame of either code predictor (the 15 steps unrolled: fixed shapes for a
-  batch bucket), with the sampling noise passed in, so a seed draws the codes eager draws;
+  batch bucket; the re-prefill predictor at 1 row only, its batches row by row: ROW_BY_ROW),
+  with the sampling noise passed in, so a seed draws the codes eager draws;
   one graph serves greedy and sampled rows together (`greedy_rows`), and returns the codes'
   top-5 alternatives too;
   Its weights are frozen into the graph (they are read-only after loading): inductor
@@ -53,6 +54,11 @@ OPTIONS = {"cpp_wrapper": True, "cpp_wrapper_build_separate": True}
 # Graphs one step may compile before `strict` raises: it meets caches of several lengths and capacities
 # in one engine step. Set per compiled region, not in dynamo's process-wide config (which other code may change).
 RECOMPILE_LIMIT = 64
+# Predictors whose compiled batches run row by row through the 1-row frame. A re-prefill frame of B rows
+# re-runs B x 1..16 positions per step, 15 steps unrolled: the largest graph there is, at 4 rows 6-11 minutes
+# to build on 2 cores and far longer at 16 (a first `--compile` start at the app's max batch of 16 would spend
+# most of an hour on them). Row by row, B rows cost B 1-row frames; the KV frames keep their buckets.
+ROW_BY_ROW = ("reprefill",)
 
 
 def strict(compiled, what: str):
@@ -106,8 +112,12 @@ class CompiledPredictors:
 
     def run(self, name: str, h: torch.Tensor, e0: torch.Tensor, noise: torch.Tensor, greedy_rows: torch.Tensor):
         """The eager predictor `name` with the predictor's sampling, `noise` [G-1, B, V] and `greedy_rows` [B]
-        (greedy-only batches too: one frame serves every mix), rows padded to a bucket."""
+        (greedy-only batches too: one frame serves every mix), rows padded to a bucket (or, ROW_BY_ROW, one
+        row at a time)."""
         B = h.shape[0]
+        if name in ROW_BY_ROW and B > 1:  # each row through the 1-row frame: what it gets alone
+            rows = [self.run(name, h[b:b + 1], e0[b:b + 1], noise[:, b:b + 1], greedy_rows[b:b + 1]) for b in range(B)]
+            return tuple(torch.cat(parts) for parts in zip(*rows))
         size = bucket(B)
         if size is None:
             raise ValueError(f"{B} rows: a compiled predictor frame takes at most {BUCKETS[-1]} at once")
@@ -158,11 +168,13 @@ class CompiledPredictors:
         return h, e0, noise, torch.ones(size, dtype=torch.bool, device=device)
 
     def warm_up(self, max_rows: int, report=None) -> None:
-        """Load (or build) the frames of every bucket a batch of up to `max_rows` rows uses, both predictors."""
+        """Load (or build) every frame a batch of up to `max_rows` rows uses: the KV predictor's per bucket,
+        the re-prefill predictor's 1-row frame."""
         weight = self.cp.lm_head[0].weight
         for size in buckets_up_to(max_rows):
             for name in self.FNS:
-                self.frame(name, size, weight.dtype, weight.device, report)
+                if size == 1 or name not in ROW_BY_ROW:
+                    self.frame(name, size, weight.dtype, weight.device, report)
 
 
 def compile_step(stack: DecoderStack) -> None:
