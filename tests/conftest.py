@@ -28,17 +28,6 @@ torch.set_num_threads(1)
 PRESETS = ("tiny", "tiny-b")
 
 
-def _intel() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "GenuineIntel" in f.read()
-    except OSError:
-        return False
-
-
-INTEL = _intel()  # a few float-rounding checks were measured on an Intel Xeon and part on an AMD EPYC
-
-
 @functools.lru_cache(maxsize=None)
 def hf_reference(preset: str):
     """HF Qwen3OmniMoeForConditionalGeneration loaded from the saved tiny checkpoint (float32, eval)."""

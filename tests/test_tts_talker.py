@@ -14,7 +14,6 @@ import pytest
 
 from omni_core import SpeechRequest
 from omni_core.models.qwen3_tts import voices
-from tests.conftest import INTEL
 from tests.tts_oracle import oracle, our_tts, tone
 
 CUSTOM = [
@@ -80,16 +79,17 @@ def test_prompt_embeddings_equal_the_package():
         np.testing.assert_allclose(steps, want[f"trailing_{i}"], atol=1e-5)
 
 
-@pytest.mark.xfail(not INTEL, strict=False, reason="on this project's AMD EPYC machine (2026-12-01) the bfloat16 "
-                   "codes part from the package's in one request; held on the Xeon; cause not found yet")
 def test_bfloat16_codes_equal_the_package_in_bfloat16():
     """Both sides in bfloat16: the same codes; the audio differs by bfloat16's rounding through the
-    codec's deep convolution stack (other kernels, other summation orders), not by more."""
+    codec's deep convolution stack (other kernels, other summation orders), not by more. Our KV
+    predictor, the package's own algorithm: the re-prefill predictor recomputes every earlier position
+    and attends with the whole sequence as queries, which rounds otherwise in bfloat16 (on the AMD EPYC
+    it parts from the package in 2 of these 5 requests; in float32 both agree)."""
     want = oracle("run", "custom_voice", CUSTOM, dtype="bfloat16")
     pipe = our_tts("custom_voice", "bfloat16")
     for i, req in enumerate(CUSTOM):
         kw = {k: req.get(k) for k in ("text", "speaker", "language", "instruct", "text_input", "max_frames")}
-        got = pipe.generate(SpeechRequest(**kw))
+        got = pipe.generate(SpeechRequest(**kw, predictor="kv"))
         np.testing.assert_array_equal(got.codes, want[f"codes_{i}"], err_msg=f"request {i}")
         diff, level = np.abs(got.audio - want[f"audio_{i}"]).mean(), np.abs(want[f"audio_{i}"]).mean()
         assert diff < 0.1 * level, (i, diff, level)  # measured: ~0.05 of the level
