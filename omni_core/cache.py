@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import platform
 
 import torch
@@ -31,10 +32,16 @@ def _cpu() -> str:
     return "\n".join(f"{k.strip()}={v.strip()}" for k, v in lines if k.strip() in _CPU_FIELDS)
 
 
+# Environment variables that change which kernels MKL, oneDNN and ATen pick (e.g. MKL_CBWR, ATEN_CPU_CAPABILITY).
+_KERNEL_ENV = ("MKL_", "DNNL_", "ONEDNN_", "ATEN_CPU_CAPABILITY")
+
+
 def machine(device: torch.device) -> str:
     """A short digest of what decides a kernel's bits and instructions on `device`: the CPU (or GPU),
-    torch's version and build (its MKL and oneDNN versions) and the kernel threads."""
-    parts = [_cpu(), torch.__version__, torch.__config__.show(), f"threads={torch.get_num_threads()}"]
+    torch's version and build (its MKL and oneDNN versions), the kernel threads and the environment
+    variables that steer the kernel libraries."""
+    env = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith(_KERNEL_ENV))
+    parts = [_cpu(), torch.__version__, torch.__config__.show(), f"threads={torch.get_num_threads()}", *env]
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         parts += [torch.cuda.get_device_name(index), str(torch.cuda.get_device_capability(index)),

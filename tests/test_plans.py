@@ -86,6 +86,12 @@ def test_the_file_is_the_machines_own(cache):
     assert plans.path(CPU) == first
 
 
+def test_a_kernel_library_setting_is_another_machine(cache, monkeypatch):
+    first = plans.path(CPU)
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")  # MKL's conditional reproducibility: other kernels
+    assert plans.path(CPU) != first
+
+
 def test_names_round_trip():
     key = ((2048, 1024), torch.bfloat16, "cpu", False)
     assert plans._name(key) == "2048x1024 bfloat16 cpu bias=False"
