@@ -10,7 +10,8 @@ scripts/setup_ref.sh  # .venv-ref: the official qwen-tts package, the Qwen3-TTS 
 export OMNI_CORE_CACHE="${OMNI_CORE_CACHE:-$PWD/.cache/omni_core}"
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$PWD/.cache/inductor}"
 # Two workers, whole files each (a file's module fixtures are built once): the compile-bound files
-# (test_compiled, the real-width checks) run beside the browser and server tests, which mostly wait.
+# (test_compiled, the real-width checks) go first, in conftest's SLOW_FIRST order, and run beside the
+# browser and server tests, which mostly wait.
 # OpenMP threads that wait sleep instead of spinning, so the workers do not starve each other.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
-exec .venv/bin/python -m pytest -q --durations=15 -n 2 --dist loadfile tests "$@"
+exec .venv/bin/python -m pytest -q --durations=15 -n 2 --dist loadfile --no-loadscope-reorder tests "$@"

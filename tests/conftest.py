@@ -27,6 +27,18 @@ torch.set_num_threads(1)
 
 PRESETS = ("tiny", "tiny-b")
 
+# Files that take minutes cold (compiling frames, building real-width checkpoints), handed to the two
+# workers first (scripts/test.sh runs pytest-xdist with --no-loadscope-reorder, which keeps this order):
+# otherwise xdist orders files by their number of tests, and a one-test file that compiles for minutes
+# started last, alone on one core.
+SLOW_FIRST = ("test_compiled.py", "test_compiled_shapes.py", "test_real_width.py", "test_tts_real_width.py",
+              "test_random_weights.py", "test_app_api_inspect.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: the rest keep their order
+
 
 @functools.lru_cache(maxsize=None)
 def hf_reference(preset: str):

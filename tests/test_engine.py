@@ -275,11 +275,12 @@ def test_a_failing_request_fails_alone(monkeypatch):
 
 def test_stage_times_add_up_and_land_in_their_own_stage():
     pipe = our_pipeline("tiny")
-    for mode in ("speak", "chat"):
+    for mode in ("chat", "speak"):
         s = pipe.generate(SpeechRequest("Count my time.", mode=mode, max_frames=12, max_text_tokens=6)).stats
         assert s.thinker_s + s.talker_s + s.predictor_s + s.codec_s <= s.total_s
         assert min(s.talker_s, s.predictor_s, s.codec_s) > 0
-    codec, slow = pipe.code2wav, 0.2  # per push: far more than the other stages take
+    others = s.talker_s + s.predictor_s + s.thinker_s  # the speak request's other stages, at normal speed
+    codec, slow = pipe.code2wav, 0.5  # per push: more than the other stages take
     original = codec.forward
 
     def slowed(*args, **kwargs):
@@ -293,7 +294,9 @@ def test_stage_times_add_up_and_land_in_their_own_stage():
         del codec.forward
     pushes = 4  # chunks of 1, 2, 4, then the last 5 frames
     assert s.codec_s >= pushes * slow
-    assert s.talker_s + s.predictor_s + s.thinker_s < pushes * slow  # the sleep is nowhere else
+    # the sleep is nowhere else: the other stages take what they took at normal speed, not the 2 s of
+    # sleep (half of it is the margin for a loaded machine: they once took 1.1 s here beside a compile)
+    assert s.talker_s + s.predictor_s + s.thinker_s < others + pushes * slow / 2
 
 
 def test_speak_mode_never_runs_the_thinker_forward():
