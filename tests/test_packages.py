@@ -4,6 +4,8 @@ behind. (Building and loading real packages: test_compiled.py.)"""
 from __future__ import annotations
 
 import copy
+import os
+import time
 
 import pytest
 import torch
@@ -77,3 +79,32 @@ def test_a_failed_build_leaves_no_file(tmp_path):
     with pytest.raises(Exception, match="no graph here"):  # dynamo wraps it
         packages.build(Unexportable(), (torch.ones(3),), path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_packages_unused_for_a_month_are_pruned(tmp_path):
+    old, recent = tmp_path / "kv-4-float32-cpu-old.pt2", tmp_path / "kv-4-float32-cpu-new.pt2"
+    for path in (old, recent):
+        path.write_bytes(b"package")
+    month_ago = time.time() - 31 * 86400
+    os.utime(old, (month_ago, month_ago))
+    other = tmp_path / "notes.txt"  # not a package: left alone
+    other.write_text("keep")
+    os.utime(other, (month_ago, month_ago))
+    assert packages.prune(tmp_path) == [old]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kv-4-float32-cpu-new.pt2", "notes.txt"]
+
+
+def test_loading_marks_a_package_used(tmp_path):
+    """A real package (a 2-op module, built in seconds): loading it refreshes its time, so prune keeps it."""
+    path = tmp_path / "double.pt2"
+
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 + 1
+
+    packages.build(Double(), (torch.ones(4),), path)
+    month_ago = time.time() - 31 * 86400
+    os.utime(path, (month_ago, month_ago))
+    frame = packages.load(path)
+    assert torch.equal(frame(torch.ones(4)), torch.full((4,), 3.0))
+    assert packages.prune(tmp_path) == [] and path.exists()

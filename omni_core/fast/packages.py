@@ -14,7 +14,8 @@ dtypes and bytes) and matmul plans, the kernel threads (inductor writes the thre
 into the C++), the machine (cache.machine: its C++ is built for this CPU), torch's version and
 omni_core's own source. Anything else gets another
 package; packages are written to a temporary name and renamed into place, so two
-processes building the same one never see half of it.
+processes building the same one never see half of it. Packages no process has loaded for 30
+days are deleted when a new one is built (`prune`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import itertools
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -86,8 +88,33 @@ def build(module: torch.nn.Module, args: tuple, path: Path) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    prune(path.parent)
 
 
 def load(path: Path) -> Callable:
-    """The package's compiled function: call it with the exported arguments; returns its outputs."""
-    return torch._inductor.aoti_load_package(str(path))
+    """The package's compiled function: call it with the exported arguments; returns its outputs.
+    Marks the file used (its modification time), which `prune` goes by."""
+    frame = torch._inductor.aoti_load_package(str(path))
+    try:
+        os.utime(path)
+    except OSError:  # a read-only cache folder
+        pass
+    return frame
+
+
+UNUSED_DAYS = 30  # a package no process loaded for this long is deleted when another one is built
+
+
+def prune(folder: Path, days: float = UNUSED_DAYS) -> list[Path]:
+    """Delete the packages in `folder` that no process has loaded or built for `days`: every change to
+    omni_core's code, the weights or torch names new ones (25-100 MB each for the tiny model, far more
+    at real size), and the old ones would pile up. Returns what it deleted."""
+    cutoff, gone = time.time() - days * 86400, []
+    for old in folder.glob("*.pt2"):
+        try:
+            if old.stat().st_mtime < cutoff:
+                old.unlink()
+                gone.append(old)
+        except OSError:  # gone already (another process pruned it), or not ours to delete
+            pass
+    return gone
