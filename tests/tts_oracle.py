@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -65,15 +66,16 @@ def oracle(command: str, kind: str | Path, payload, dtype: str = "float32") -> d
     out = oracle_root() / "runs" / f"{command}-{key}.npz"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".in.json" if command == "run" else ".in.npz")
+        # Names of this process's own (two test workers may ask for the same run at once; same bytes).
+        tmp = out.with_name(f"{out.stem}.{os.getpid()}" + (".in.json" if command == "run" else ".in.npz"))
         if command == "run":
             tmp.write_text(json.dumps(payload, default=_jsonable))
         else:
             np.savez(tmp, **payload)
-        partial = out.with_name(out.stem + ".partial.npz")
+        partial = out.with_name(f"{out.stem}.{os.getpid()}.partial.npz")
         args = [command, str(folder), str(tmp), str(partial)] + (["--dtype", dtype] if command == "run" else [])
         _call(args)
-        partial.rename(out)
+        os.replace(partial, out)
         tmp.unlink()
     with np.load(out) as data:
         return {k: data[k] for k in data.files}
@@ -91,7 +93,7 @@ def package_view(folder: Path) -> Path:
     view = oracle_root() / "ours" / f"{folder.name}-{digest.hexdigest()[:12]}"
     if view.exists():
         return view
-    partial = view.with_name(view.name + ".partial")
+    partial = view.with_name(f"{view.name}.{os.getpid()}.partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     config = json.loads((folder / "tokenizer_config.json").read_text())
@@ -102,7 +104,12 @@ def package_view(folder: Path) -> Path:
     for item in folder.iterdir():
         if item.name != "tokenizer_config.json":
             (partial / item.name).symlink_to(item.resolve())
-    partial.rename(view)
+    try:
+        partial.rename(view)
+    except OSError:  # another test worker made the same view first
+        if not view.exists():
+            raise
+        shutil.rmtree(partial, ignore_errors=True)
     return view
 
 

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -250,9 +252,16 @@ def build(root: Path, kinds: list[str]) -> None:
         folder = root / kind
         if (folder / "config.json").exists():
             continue
-        tmp = root / f".{kind}.partial"
+        # Two test workers may build at once: each writes its own folder, the first rename wins.
+        tmp = root / f".{kind}.{os.getpid()}.partial"
+        shutil.rmtree(tmp, ignore_errors=True)
         write_checkpoint(kind, tmp)
-        tmp.rename(folder)
+        try:
+            tmp.rename(folder)
+        except OSError:
+            if not (folder / "config.json").exists():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # the other worker's copy is in place (the same bytes)
 
 
 def write_checkpoint(kind: str, folder: Path) -> None:
