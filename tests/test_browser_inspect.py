@@ -51,10 +51,23 @@ def click_frame(page, frame: int, frame_s: float = 0.08) -> None:
     page.mouse.click(x, y)
 
 
-def play(page, elem_id: str) -> None:
-    """Press the player's Play button and wait until its audio has advanced."""
+def play(page, elem_id: str, tries: int = 6) -> None:
+    """Press the player's Play button until the player says it is playing (its Pause button shows).
+    Once, while the other test worker compiled, one press did not start the player within 90 s (most
+    likely the press came while the player was still taking in the new clip): press again, as a person
+    would."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    pause = page.locator(f"#{elem_id} button[aria-label=Pause]")
+    for _ in range(tries - 1):
+        page.locator(f"#{elem_id} button[aria-label=Play]").click()
+        try:
+            pause.wait_for(timeout=15_000)
+            return
+        except PlaywrightTimeout:
+            continue
     page.locator(f"#{elem_id} button[aria-label=Play]").click()
-    page.locator(f"#{elem_id} button[aria-label=Pause]").wait_for()  # the player says it is playing
+    pause.wait_for()
 
 
 def test_generate_inspect_a_frame_and_play_it(page):
