@@ -7,7 +7,8 @@ project's CPUs (BENCHMARKS.md, "Batch invariance"), every M in 1..32 at every po
 
   Intel Xeon   float32 (MKL sgemm)  1 | 2-15 | 16-128: three classes, the same at 1 and 2 threads
                bfloat16 (oneDNN)    1-32 one class, except K = 6144, where 1 row differs from >= 2
-  AMD EPYC     float32              1 | 2-3 | 4-32, at tiny and real widths
+  AMD EPYC     float32              1 | 2-3 | 4-32, at tiny and real widths; at 2 threads a row's
+                                    bits in a 4-15 row call also depend on its position
                bfloat16             1-32 one class, K = 6144 too
 
 A `Plan(pad_min, chunk)` cuts a call so that every block has between pad_min and chunk rows
@@ -17,7 +18,8 @@ shape once at load (`plan_linears`) by probing the real kernel with random rows;
 least MIN_RUN row counts with the smallest first count is taken, then checked at every position:
 
   Xeon float32   pad 2 / chunk 15   a lone row pays a 2-row GEMM (~1.05x a 1-row call)
-  EPYC float32   pad 4 / chunk 32   not 2-3: batches would be cut into blocks of 3 rows
+  EPYC float32   pad 4 / chunk 32   at 1 thread (not 2-3: batches cut into blocks of 3 rows);
+                 pad 2 / chunk 3    at 2 threads, where only 16-32 of the long run holds
   bfloat16       pad 1 / chunk 32   no padding at all; pad 2 / chunk 32 at K = 6144 on the Xeon
   otherwise      pad 16 / chunk 32  the safe rule (every row in the 16-32 class), if it holds,
                  or ROWWISE: no GEMM, each row's products summed alone (a 1-output gate)
@@ -120,8 +122,9 @@ def candidates(found: list[tuple[int, int]]) -> list[Plan]:
     """The plans to try, cheapest first, from the CPU's kernel runs (`runs`): a run at least MIN_RUN
     counts long, smallest first count first (a lone row pays for that many rows); then shorter runs
     (more than one count); then SAFE. A short run would cut every batch into many GEMMs: this AMD EPYC
-    runs float32 as 1 | 2-3 | 4-32 rows, and a plan of 2-3 rows cut a 64-row re-prefill call into 22
-    GEMMs (each one reading all the weights) where 4-32 takes 2, for a lone row padded to 4 instead of 2."""
+    runs float32 as 1 | 2-3 | 4-32 rows, and a plan of 2-3 rows cuts a 64-row re-prefill call into 22
+    GEMMs (each one reading all the weights) where 4-32 takes 2, for a lone row padded to 4 instead of 2
+    (at 1 thread; at 2 threads 4-32 fails `holds` there, and 2-3 is taken)."""
     long = [Plan(first, last) for first, last in found if last - first + 1 >= MIN_RUN]
     short = [Plan(first, last) for first, last in found if 1 < last - first + 1 < MIN_RUN]
     return sorted(long) + sorted(short) + [SAFE]
