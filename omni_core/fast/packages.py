@@ -68,8 +68,9 @@ def module_digest(module: torch.nn.Module) -> str:
 
 def key(what: dict, module_digest: str) -> str:
     """A package's file name: `what` (readable) plus a digest of it, the module and the versions."""
-    parts = dict(what, module=module_digest, threads=torch.get_num_threads(), torch=torch.__version__,
-                 machine=machine(torch.device(what["device"])), source=source_digest(), format=FORMAT)
+    # machine() holds the kernel threads (inductor writes the thread count into the C++) and torch's build
+    parts = dict(what, module=module_digest, machine=machine(torch.device(what["device"])), source=source_digest(),
+                 format=FORMAT)
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
     readable = "-".join(str(v).replace("torch.", "") for v in what.values())
     return f"{readable}-{digest}.pt2"
