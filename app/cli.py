@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--force", action="store_true",
                         help="load even when the memory check says the weights do not fit on the device")
     parser.add_argument("--device", default="auto", help='"auto", "cpu", "cuda" or "cuda:N" (default: auto)')
-    parser.add_argument("--dtype", default="auto", help='"auto" (follow the checkpoint), "float32" or "bfloat16"')
+    parser.add_argument("--dtype", default="auto", help='"auto" (the checkpoint\'s; float32 on a CPU without fast bfloat16), "float32" or "bfloat16"')
     parser.add_argument("--host", default=None,
                         help="address to listen on (default: $GRADIO_SERVER_NAME, else 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None,

@@ -399,6 +399,12 @@ def bench_tts(quick: bool, json_path: str) -> dict:
     return tts.main(quick, json_path)
 
 
+def bench_tts_batched(quick: bool, json_path: str) -> dict:
+    from benchmarks import tts_batched  # it imports this module's helpers
+
+    return tts_batched.main(quick, json_path)
+
+
 def machine() -> dict:
     info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "torch": torch.__version__, "threads": torch.get_num_threads()}
@@ -420,6 +426,7 @@ def main(quick: bool = False, json_path: str = "bench_results/bench.json", gpu_o
         ("g_predictor_rows_real_size", lambda: bench_predictor_rows(reps)),
         ("h_lone_request", lambda: bench_lone_request(quick, json_path.replace(".json", "_h.json"))),
         ("i_tts_real_size", lambda: bench_tts(quick, json_path.replace(".json", "_i.json"))),
+        ("l_tts_batched", lambda: bench_tts_batched(quick, json_path.replace(".json", "_l.json"))),
     ]
     if torch.cuda.is_available():
         sections.append(("e_cuda_graph", lambda: bench_cuda_graph(20 if quick else 50)))

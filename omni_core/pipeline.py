@@ -63,8 +63,9 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     options = dict(time_budget_s=time_budget_s, max_waiting=max_waiting, max_unread=max_unread, stall_s=stall_s)
     Scheduler(max_batch, **options)  # a bad option fails now, not after loading
     threads = max(1, int(threads)) if threads is not None else torch.get_num_threads()
+    # Compiled graphs take the plain weights (inductor packs its own): no oneDNN plans' packed copies.
     loaded = in_passing_thread(threads, load_model, source, device=device, dtype=dtype, revision=revision,
-                               force=force)
+                               force=force, fast_kernels=not compile)
     log.info(loaded.report)
     if not batch_invariant:
         use_plan(loaded.modules.values(), PLAIN)

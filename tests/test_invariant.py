@@ -7,8 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from omni_core.models.invariant import (MIN_RUN, PLAIN, ROWWISE, SAFE, Linear, Plan, candidates, choose, holds, linear,
-                                        runs)
+from omni_core.models import invariant
+from omni_core.models import onednn
+from omni_core.models.invariant import (MIN_RUN, ONEDNN, PLAIN, ROW, ROWWISE, SAFE, Linear, Plan, candidates, choose,
+                                        fastest, holds, linear, runs)
 
 from .conftest import our_pipeline
 
@@ -86,6 +88,58 @@ def test_a_long_run_of_row_counts_goes_before_a_short_one():
     assert candidates([(1, 1), (2, 3), (4, 5)]) == [Plan(2, 3), Plan(4, 5), SAFE]  # no long run: as before
 
 
+def test_the_fastest_plan_puts_a_lone_row_first_then_batches():
+    """Timings (ms, 1 row / 8 rows) measured on the project's CPUs for a 4096x1024 float32 weight."""
+    epyc = {Plan(2, 3): (3.1, 8.1), ROW: (1.1, 9.1), ONEDNN: (0.44, 1.4)}  # 2 threads
+    assert fastest(list(epyc), epyc) == ONEDNN
+    no_onednn = {Plan(4, 32): (2.7, 5.2), ROW: (1.0, 8.0)}  # 1 thread, 4-row blocks: the lone row decides
+    assert fastest(list(no_onednn), no_onednn) == ROW
+    xeon = {Plan(2, 15): (1.05, 2.0), ROW: (1.0, 8.0)}  # padding a lone row to 2 costs ~5%: batches decide
+    assert fastest(list(xeon), xeon) == Plan(2, 15)
+    tie = {Plan(2, 15): (1.0, 2.0), ROW: (1.0, 2.0)}
+    assert fastest(list(tie), tie) == Plan(2, 15)
+
+
+def test_a_large_weight_is_timed_a_small_one_is_not(monkeypatch):
+    timed = []
+
+    def fake_timings(plans, weight, bias=None):
+        timed.append(plans)
+        return {p: (1.0, 8.0) if p == ROW else (2.0, 2.0) for p in plans}
+
+    monkeypatch.setattr(invariant, "timings", fake_timings)
+    small, _, _ = weights(64, 192, torch.float32)
+    choose(small, None, {})
+    assert timed == []
+    large, _, _ = weights(1024, 3072, torch.float32)  # 12 MB
+    assert choose(large, None, {}) == ROW  # the fake timings: ROW fastest alone, nothing within 1.25x
+    assert ROW in timed[0] and (ONEDNN in timed[0]) == holds(ONEDNN, large)
+    assert choose(large, None, {}, fast_kernels=False) == ROW and ONEDNN not in timed[1]
+
+
+def test_row_holds_and_gives_f_linear_per_row():
+    weight, bias, g = weights(1024, 3072, torch.float32, bias=True)
+    assert holds(ROW, weight, bias)
+    x = torch.randn(5, 1024, generator=g)
+    assert torch.equal(linear(x, weight, bias, ROW), torch.cat([F.linear(row[None], weight, bias) for row in x]))
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
+@pytest.mark.parametrize("shape", [(1024, 3072), (3072, 1024), (64, 192)])
+def test_onednn_gives_f_linears_values_and_where_it_holds_equal_rows(shape):
+    K, N = shape
+    weight, bias, g = weights(K, N, torch.float32, bias=True)
+    packed = onednn.pack(weight)
+    x = torch.randn(70, K, generator=g)
+    got = linear(x, weight, bias, ONEDNN, packed)
+    torch.testing.assert_close(got, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+    assert linear(x[:0], weight, bias, ONEDNN, packed).shape == (0, N)
+    assert linear(x.view(7, 10, K), weight, bias, ONEDNN, packed).shape == (7, 10, N)
+    if holds(ONEDNN, weight, bias):  # then in blocks of up to 32: any batch, any position
+        alone = torch.cat([linear(x[i:i + 1], weight, bias, ONEDNN, packed) for i in range(len(x))])
+        assert torch.equal(got, alone)
+
+
 def test_padding_keeps_shapes_and_the_values_of_f_linear():
     weight, bias = torch.randn(10, 64), torch.randn(10)
     plan = Plan(2, 15)
@@ -117,8 +171,8 @@ def test_inside_exact_a_call_is_plain_f_linear():
     from omni_core.models.invariant import exact
 
     weight, _, g = weights(1024, 3072, torch.float32)
-    x = torch.randn(1, 1024, generator=g)  # a lone float32 row: padded by the plan (2 rows on the Xeon, 4 on the EPYC)
-    plan = choose(weight, None, {})
+    x = torch.randn(1, 1024, generator=g)  # a lone float32 row: padded by the plan (2 rows on the Xeon, 2-4 on the EPYC)
+    plan = next(p for p in candidates(runs(weight)) if holds(p, weight))  # the run's plan, before timing
     assert plan.pad_min > 1
     assert not torch.equal(linear(x, weight, None, plan), F.linear(x, weight))  # another kernel: other bits
     with exact():

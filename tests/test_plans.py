@@ -93,6 +93,23 @@ def test_a_kernel_library_setting_is_another_machine(cache, monkeypatch):
 
 
 def test_names_round_trip():
-    key = ((2048, 1024), torch.bfloat16, "cpu", False)
-    assert plans._name(key) == "2048x1024 bfloat16 cpu bias=False"
+    key = ((2048, 1024), torch.bfloat16, "cpu", False, True)
+    assert plans._name(key) == "2048x1024 bfloat16 cpu bias=False fast=True"
     assert plans._key(plans._name(key)) == key
+
+
+def test_a_onednn_plan_is_kept_and_read_back(cache):
+    key = ((3072, 1024), torch.float32, "cpu", False, True)
+    plans.write(CPU, {key: invariant.ONEDNN})
+    assert plans.read(CPU) == {key: invariant.ONEDNN}
+
+
+def test_no_onednn_plans_where_their_packed_copies_would_not_fit(monkeypatch):
+    """oneDNN plans keep a packed copy beside each weight they take: offered only where it fits."""
+    from omni_core.loading import memory
+
+    big = invariant.Linear(1024, 3072, bias=False)  # 12 MB of float32
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 2**30)
+    assert plans.room_to_pack([big], CPU)
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 16 * 2**20)  # 12 MB + half of it does not fit
+    assert not plans.room_to_pack([big], CPU)

@@ -38,6 +38,45 @@ def test_dtypes(cfg):
         recipe.resolve_dtype("float64", cfg)
 
 
+def test_auto_is_float32_on_a_cpu_without_fast_half_kernels(cfg, monkeypatch):
+    """A bfloat16 checkpoint on a CPU without native bfloat16 (this project's AMD EPYC: a Qwen3-TTS 0.6B
+    frame 5.3 s in bfloat16, 2.0 s in float32) loads as float32 under auto; asked for by name, as asked."""
+    half = OmniConfig.from_hf({**tiny.hf_config("tiny").to_dict(), "torch_dtype": "bfloat16"})
+    assert recipe.fast_on_cpu(torch.float32)
+    assert recipe.fast_on_cpu(torch.bfloat16) == torch.ops.mkldnn._is_mkldnn_bf16_supported()  # oneDNN's own check
+    cpu = torch.device("cpu")
+    for fast, want in ((False, torch.float32), (True, torch.bfloat16)):
+        monkeypatch.setattr(recipe, "fast_on_cpu", lambda dtype, fast=fast: fast)
+        assert recipe.resolve_dtype("auto", half, cpu) == want
+        assert recipe.resolve_dtype("bfloat16", half, cpu) == torch.bfloat16
+        assert recipe.resolve_dtype("auto", half) == torch.bfloat16  # no device: the checkpoint's
+        assert recipe.resolve_dtype("auto", cfg, cpu) == torch.float32
+
+
+def test_auto_keeps_the_checkpoints_half_dtype_where_float32_would_not_fit(cfg, monkeypatch):
+    from omni_core.loading import memory
+
+    half = OmniConfig.from_hf({**tiny.hf_config("tiny").to_dict(), "torch_dtype": "bfloat16"})
+    monkeypatch.setattr(recipe, "fast_on_cpu", lambda dtype: False)
+    size = {torch.float32: 4 * 2**30, torch.bfloat16: 2 * 2**30}  # weight bytes at each dtype
+
+    def needs_at(dt):
+        return memory.MemoryPlan((memory.Part("talker", size[dt] // 4, size[dt]),), dt)
+
+    cpu = torch.device("cpu")
+    for free, want in ((8 * 2**30, torch.float32), (3 * 2**30, torch.bfloat16)):
+        monkeypatch.setattr(memory, "free_bytes", lambda device, free=free: free)
+        dt, needs = recipe.choose_dtype("auto", half, cpu, needs_at)
+        assert dt == needs.dtype == want
+
+
+def test_a_load_says_when_auto_chose_float32(monkeypatch):
+    monkeypatch.setattr(recipe, "fast_on_cpu", lambda dtype: False)
+    loaded = recipe.load_model("random:qwen3-tts-0.6b?layers=1", device="cpu")
+    assert loaded.dtype == torch.float32
+    assert "the checkpoint is bfloat16; this CPU has no fast bfloat16 kernels, so auto chose float32" in loaded.report
+
+
 def test_modules_are_built_on_meta(cfg):
     modules = recipe.build_modules(cfg)
     assert set(modules) == {"thinker", "talker", "code2wav"}

@@ -104,6 +104,12 @@ def free_bytes(device: torch.device) -> int | None:
     return None
 
 
+def fits(plan: MemoryPlan, device: torch.device) -> bool:
+    """Whether the speech path fits in what `device` has free now (True where that cannot be measured)."""
+    free = free_bytes(device)
+    return free is None or plan.need <= free
+
+
 def check(plan: MemoryPlan, device: torch.device, force: bool = False) -> int | None:
     """Raise CheckpointError when the speech path cannot fit in what `device` has free (unless force).
     Returns the free bytes (None where they cannot be measured: then nothing is checked)."""

@@ -43,8 +43,9 @@ class LoadedModel:
 
 
 def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto",
-               revision: str | None = None, force: bool = False) -> LoadedModel:
-    """The recipe: read the source → build on meta → check memory → materialize → fill → plan the matmuls."""
+               revision: str | None = None, force: bool = False, fast_kernels: bool = True) -> LoadedModel:
+    """The recipe: read the source → build on meta → check memory → materialize → fill → plan the matmuls
+    (fast_kernels: oneDNN plans allowed, models/onednn.py)."""
     start = time.perf_counter()
     drawn = random_weights.is_random(source)
     tts = False
@@ -62,12 +63,15 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
             tokenizer = qwen3_tts.load_text_tokenizer(path, from_hub=is_hub_id(str(source)))
         else:
             cfg, tokenizer = read_config(path), load_tokenizer(path)
-    dev, dt = resolve_device(device), resolve_dtype(dtype, cfg)
+    dev = resolve_device(device)
     modules = qwen3_tts.build_modules(cfg) if tts else build_modules(cfg)
-    if drawn:
-        needs = random_weights.plan(modules, dt)
-    else:
-        needs = qwen3_tts.plan(path, cfg, dt) if tts else memory.plan(path, dt)
+
+    def needs_at(dt: torch.dtype) -> memory.MemoryPlan:
+        if drawn:
+            return random_weights.plan(modules, dt)
+        return qwen3_tts.plan(path, cfg, dt) if tts else memory.plan(path, dt)
+
+    dt, needs = choose_dtype(dtype, cfg, dev, needs_at)
     free = memory.check(needs, dev, force)
     for m in modules.values():
         materialize(m, dev, dt).eval().requires_grad_(False)
@@ -77,8 +81,11 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
         qwen3_tts.load(modules, path, cfg, dev, dt)
     else:
         load_weights(modules, path)
-    plans.plan_modules(modules.values(), dev)  # batch-invariant matmuls: the cheapest kernel plan per shape
+    plans.plan_modules(modules.values(), dev, fast_kernels)  # batch-invariant matmuls: the cheapest kernel plan per shape
     report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)
+    if dtype == "auto" and dt != DTYPES.get(cfg.torch_dtype, dt):
+        report += (f" (the checkpoint is {cfg.torch_dtype}; this CPU has no fast {cfg.torch_dtype} kernels, so auto "
+                   f"chose float32: --dtype {cfg.torch_dtype} keeps it)")
     synthetic = drawn or str(source) in tiny.PRESETS or str(source) in synthetic_tts.TINY_PRESETS
     return LoadedModel(cfg, modules, tokenizer, dev, dt, str(source), synthetic, report)
 
@@ -101,10 +108,37 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return dev
 
 
-def resolve_dtype(dtype: str | torch.dtype, cfg: OmniConfig) -> torch.dtype:
+def resolve_dtype(dtype: str | torch.dtype, cfg: OmniConfig, device: torch.device | None = None) -> torch.dtype:
+    """A dtype by name; "auto": the checkpoint's, except on a CPU that has no fast kernels for it (given
+    `device`): float32 there. A CPU without native bfloat16 (e.g. AMD Zen 3, most laptops before 2023) runs
+    bfloat16 matmuls and convolutions through slow paths: measured on this project's AMD EPYC, a Qwen3-TTS
+    0.6B frame took 5.3 s in bfloat16 and 2.0 s in float32 (BENCHMARKS.md (l))."""
     if isinstance(dtype, torch.dtype):
         return dtype
     name = cfg.torch_dtype if dtype == "auto" else str(dtype).replace("torch.", "")
     if name not in DTYPES:
         raise CheckpointError(f"unsupported dtype {name!r}: use one of auto, {', '.join(DTYPES)}")
+    if dtype == "auto" and device is not None and device.type == "cpu" and not fast_on_cpu(DTYPES[name]):
+        return torch.float32
     return DTYPES[name]
+
+
+def choose_dtype(dtype: str | torch.dtype, cfg, device: torch.device, needs_at) -> tuple[torch.dtype, memory.MemoryPlan]:
+    """`resolve_dtype` for `device`, and needs_at(that dtype), the memory plan. Where auto chose float32 over
+    the checkpoint's half dtype and float32 would not fit, the checkpoint's dtype after all."""
+    dt = resolve_dtype(dtype, cfg, device)
+    needs = needs_at(dt)
+    own = resolve_dtype(dtype, cfg)
+    if dt != own and not memory.fits(needs, device):
+        return own, needs_at(own)
+    return dt, needs
+
+
+def fast_on_cpu(dtype: torch.dtype) -> bool:
+    """Whether this CPU computes `dtype` with its own kernels (oneDNN's check: AVX-512 or native
+    bfloat16 / float16 instructions), not by converting every element on the way."""
+    if dtype == torch.bfloat16:
+        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if dtype == torch.float16:
+        return torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    return True

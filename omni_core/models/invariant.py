@@ -15,11 +15,14 @@ A `Plan(pad_min, chunk)` cuts a call so that every block has between pad_min and
 (fewer rows are padded with zero rows, more are split), so every row runs in one class.
 The classes differ by shape and CPU (tiny widths have others), so they are mapped per weight
 shape once at load (`plan_linears`) by probing the real kernel with random rows; the run of at
-least MIN_RUN row counts with the smallest first count is taken, then checked at every position:
+least MIN_RUN row counts with the smallest first count is taken, then checked at every position;
+where it pads a lone row and the padded call costs more than LONE_ROW_SLACK times a 1-row call
+(timed), every row runs alone instead (ROW):
 
   Xeon float32   pad 2 / chunk 15   a lone row pays a 2-row GEMM (~1.05x a 1-row call)
-  EPYC float32   pad 4 / chunk 32   at 1 thread (not 2-3: batches cut into blocks of 3 rows);
-                 pad 2 / chunk 3    at 2 threads, where only 16-32 of the long run holds
+  EPYC float32   ROW                2-3 rows (2 threads) or 4-32 (1 thread) hold, but a 2-row call costs
+                                    2.3-2.6x a 1-row one (a 1-row call is a GEMV at copy speed, small
+                                    GEMMs are not): one call per row, as fast as blocks of 3 for batches
   bfloat16       pad 1 / chunk 32   no padding at all; pad 2 / chunk 32 at K = 6144 on the Xeon
   otherwise      pad 16 / chunk 32  the safe rule (every row in the 16-32 class), if it holds,
                  or ROWWISE: no GEMM, each row's products summed alone (a 1-output gate)
@@ -33,24 +36,35 @@ gives their exact codes.
 from __future__ import annotations
 
 import contextlib
+import statistics
+import time
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from omni_core.models import onednn
+
 
 class Plan(NamedTuple):
     pad_min: int  # a block of fewer rows is padded with zero rows up to this
     chunk: int  # a call of more rows is split into blocks of at most this
+    kernel: str = "aten"  # "aten": F.linear; "onednn": the weight packed for oneDNN (onednn.py)
 
 
 SAFE = Plan(16, 32)  # the rule before plans: every row in float32's and bfloat16's 16-32 row kernel
 PLAIN = Plan(1, 1 << 30)  # one F.linear per call whatever the rows: the fastest, not batch-invariant
 ROWWISE = Plan(0, 0)  # no GEMM: each row's products summed on their own (for shapes where no GEMM
 # run holds, e.g. a 1-output gate, whose matrix-vector kernel depends on the row count)
+ROW = Plan(1, 1)  # every row its own 1-row call: always holds, and a lone row runs unpadded; B rows cost B calls
+ONEDNN = Plan(1, onednn.BATCH_HINT, "onednn")  # float32 through oneDNN, no padding, blocks of up to 32 rows
 PROBE_ROWS = 32  # row counts 1..PROBE_ROWS are mapped and checked
 MIN_RUN = 8  # a plan's run of row counts at least this long, where the CPU has one (`candidates`)
+LONE_ROW_SLACK = 1.5  # a plan's 1-row call may be at most this much slower than the fastest one's (`fastest`)
+TIMED_BYTES = 4 * 2**20  # weights this large choose their plan by timing: the kernel, not the calls, costs there
+RULE = 3  # the way plans are chosen; a change of it makes every machine choose its plans again (loading/plans.py)
 _exact = False  # inside `exact()`: plain F.linear (a global, not a thread-local: compiled regions read it)
 
 
@@ -68,10 +82,13 @@ def exact():
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           plan: Plan = SAFE) -> torch.Tensor:
-    """F.linear with every row computed by the same kernel however many rows share the call."""
+           plan: Plan = SAFE, packed: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear with every row computed by the same kernel however many rows share the call
+    (`packed`: the weight in oneDNN's layout, for a plan of that kernel)."""
     if _exact:
         return F.linear(x, weight, bias)
+    if plan.kernel == "onednn":
+        return onednn.linear(x, packed, bias, weight.shape[0], plan.chunk)
     if plan == ROWWISE:
         out = (x.unsqueeze(-2) * weight).sum(-1)  # [..., N]: a reduction per row, whatever the rows
         return out if bias is None else out + bias
@@ -92,11 +109,12 @@ def holds(plan: Plan, weight: torch.Tensor, bias: torch.Tensor | None = None, se
     that row's own 1-row call under `plan`, bit for bit."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     X = torch.randn(PROBE_ROWS + 3, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
+    packed = onednn.pack(weight) if plan.kernel == "onednn" else None
     with torch.no_grad():
-        solo = torch.cat([linear(X[r:r + 1], weight, bias, plan) for r in range(X.shape[0])])
+        solo = torch.cat([linear(X[r:r + 1], weight, bias, plan, packed) for r in range(X.shape[0])])
         for M in range(2, PROBE_ROWS + 1):
             for offset in (0, 3):
-                if not torch.equal(linear(X[offset:offset + M], weight, bias, plan), solo[offset:offset + M]):
+                if not torch.equal(linear(X[offset:offset + M], weight, bias, plan, packed), solo[offset:offset + M]):
                     return False
     return True
 
@@ -130,24 +148,81 @@ def candidates(found: list[tuple[int, int]]) -> list[Plan]:
     return sorted(long) + sorted(short) + [SAFE]
 
 
-def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict) -> Plan:
-    """The cheapest plan that holds for this weight's shape and dtype (cached in `chosen`): the first of
-    `candidates` that passes `holds`; else ROWWISE. (One call per row would spare a tiny model's lone
-    row its padding, but a compiled frame of B rows would hold B times the kernels: one inductor C++
-    build ran for over 8 minutes.)"""
-    key = (tuple(weight.shape), weight.dtype, weight.device.type, bias is not None)
+def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict, fast_kernels: bool = True) -> Plan:
+    """The plan for this weight's shape and dtype (cached in `chosen`): the first of `candidates` that
+    passes `holds` (else ROWWISE). A weight of TIMED_BYTES or more, where the kernels' speed decides, is
+    timed against ROW and (fast_kernels, float32 on a CPU) ONEDNN where that holds: `fastest` of them."""
+    key = (tuple(weight.shape), weight.dtype, weight.device.type, bias is not None, fast_kernels)
     if key not in chosen:
-        chosen[key] = next((p for p in candidates(runs(weight, bias)) if holds(p, weight, bias)), ROWWISE)
+        plan = next((p for p in candidates(runs(weight, bias)) if holds(p, weight, bias)), ROWWISE)
+        if plan != ROWWISE and weight.numel() * weight.element_size() >= TIMED_BYTES:
+            others = [ROW] + ([ONEDNN] if fast_kernels and onednn.usable(weight) and holds(ONEDNN, weight, bias) else [])
+            plan = fastest([plan, *others], timings([plan, *others], weight, bias))
+        chosen[key] = plan
     return chosen[key]
 
 
+def fastest(plans: list[Plan], times: dict[Plan, tuple[float, float]]) -> Plan:
+    """A lone request first: of the plans whose 1-row call is within LONE_ROW_SLACK of the fastest, the one
+    fastest for 8 rows (ties: the earlier). times: {plan: (seconds for 1 row, for 8 rows)}.
+
+    Measured (ms, 1 row / 8 rows, a 4096x1024 float32 weight read from memory, `timings`): this EPYC at 2
+    threads, blocks of 2-3 rows 3.6 / 8.9, ROW 1.6 / 9.9, ONEDNN 2.1 / 2.5 → ONEDNN (in the engine a lone
+    Qwen3-TTS 0.6B request ran as fast under ONEDNN as under ROW, 8 at once 1.6x faster); the Xeon's
+    2-15 blocks cost ~1.05x a 1-row call, so they stay there unless ONEDNN is faster."""
+    lone = min(times[p][0] for p in plans)
+    return min((p for p in plans if times[p][0] <= LONE_ROW_SLACK * lone), key=lambda p: times[p][1])
+
+
+def timings(plans: list[Plan], weight: torch.Tensor, bias: torch.Tensor | None = None,
+            repeats: int = 7) -> dict[Plan, tuple[float, float]]:
+    """{plan: (median seconds of a 1-row call, of an 8-row call)}, the plans interleaved in each round, each
+    call timed with the weight out of the CPU's caches (as a step of a model larger than the cache meets
+    it: a weight timed hot from the cache ran a 1-row GEMV 1.3-1.5x faster than oneDNN, in the engine the two
+    gave a lone Qwen3-TTS request the same frames/s)."""
+    x = torch.randn(8, weight.shape[1], device=weight.device).to(weight.dtype)
+    packed = {p: onednn.pack(weight) if p.kernel == "onednn" else None for p in plans}
+    evict = torch.empty(cache_bytes() // 2, dtype=torch.float32) if weight.device.type == "cpu" else None
+    times: dict[tuple, list[float]] = {(p, n): [] for p in plans for n in (1, 8)}
+    with torch.no_grad():
+        for round_ in range(repeats + 1):  # the first round warms up
+            for p in plans:
+                for n in (1, 8):
+                    if evict is not None:
+                        evict.fill_(round_)  # writes twice the last-level cache: the weight is read from memory
+                    if weight.is_cuda:
+                        torch.cuda.synchronize()
+                    start = time.perf_counter()
+                    linear(x[:n], weight, bias, p, packed[p])
+                    if weight.is_cuda:
+                        torch.cuda.synchronize()
+                    if round_:
+                        times[p, n].append(time.perf_counter() - start)
+    return {p: (statistics.median(times[p, 1]), statistics.median(times[p, 8])) for p in plans}
+
+
+def cache_bytes() -> int:
+    """Twice the CPU's last-level cache (Linux's sysfs), or 128 MB where it cannot be read."""
+    try:
+        size = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
+        return 2 * int(size.rstrip("K")) * 1024
+    except (OSError, ValueError):
+        return 128 * 2**20
+
+
 class Linear(nn.Linear):
-    """nn.Linear through `linear`, with the plan chosen for its shape at load (SAFE until then)."""
+    """nn.Linear through `linear`, with the plan chosen for its shape at load (SAFE until then), and
+    the weight packed for oneDNN where that plan needs it (`set_plan`)."""
 
     plan: Plan = SAFE
+    packed: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias, self.plan)
+        return linear(x, self.weight, self.bias, self.plan, self.packed)
+
+    def set_plan(self, plan: Plan) -> None:
+        self.plan = plan
+        self.packed = onednn.pack(self.weight) if plan.kernel == "onednn" else None
 
 
 def use_plan(modules, plan: Plan) -> None:
@@ -155,20 +230,22 @@ def use_plan(modules, plan: Plan) -> None:
     for root in modules:
         for module in root.modules():
             if isinstance(module, Linear):
-                module.plan = plan
+                module.set_plan(plan)
             elif hasattr(module, "plan_weights"):
                 module.plans = [plan] * len(module.plan_weights())
 
 
-def plan_linears(modules, chosen: dict | None = None) -> dict:
+def plan_linears(modules, chosen: dict | None = None, fast_kernels: bool = True) -> dict:
     """Choose the plan of every batch-invariant matmul in `modules` (after their weights are loaded):
-    each Linear, and each module with `plan_weights()` (the MoE router and experts), probing each
-    distinct shape once. Returns the table {(shape, dtype, device, bias?): Plan}."""
+    each Linear, and each module with `plan_weights()` (the MoE router and experts, whose stacked
+    weights are never packed: aten plans only), probing each distinct shape once.
+    fast_kernels: whether a Linear may take ONEDNN (a packed copy of its weight; not in compiled graphs).
+    Returns the table {(shape, dtype, device, bias?, fast_kernels): Plan}."""
     chosen = {} if chosen is None else chosen
     for root in modules:
         for module in root.modules():
             if isinstance(module, Linear):
-                module.plan = choose(module.weight, module.bias, chosen)
+                module.set_plan(choose(module.weight, module.bias, chosen, fast_kernels))
             elif hasattr(module, "plan_weights"):
-                module.plans = [choose(w, None, chosen) for w in module.plan_weights()]
+                module.plans = [choose(w, None, chosen, False) for w in module.plan_weights()]
     return chosen

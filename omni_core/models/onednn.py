@@ -1,0 +1,41 @@
+"""float32 matmuls through oneDNN with the weight packed once: batch-invariant rows without padding.
+
+MKL's float32 GEMM, which F.linear calls on a CPU, runs a row through other kernels by the number of
+rows in the call; on this project's AMD EPYC (AVX2) it is also slow for a few rows: 2 rows cost
+2.3-2.6x one, 8 rows 3-5x (BENCHMARKS.md (l)). oneDNN's inner-product primitive with its weight
+packed once for a 32-row batch (`torch.ops.mkldnn._reorder_linear_weight`, what inductor's frozen
+graphs call) gave every row the same bits in every call of 1..128 rows at any position there, at 1
+and 2 threads, and ran 1 row about as fast as MKL's GEMV and 8 rows 2-4x faster than MKL.
+
+Whether it holds on a given CPU is still probed like every plan (`invariant.holds`), and it is only
+taken where it is timed faster (`invariant.fastest`). The packed copy lives beside the plain weight
+(the prefill's `exact()` matmuls, compiled graphs and the page's tools read the plain one): one more
+copy of the weights that take it, so it is offered only where memory allows (loading/plans.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+BATCH_HINT = 32  # the batch the weight is packed for; the rows it was checked to hold for (PROBE_ROWS)
+
+
+def usable(weight: torch.Tensor) -> bool:
+    """float32 on a CPU with oneDNN: what this path serves (bfloat16's F.linear is oneDNN already)."""
+    return weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """weight [N, K] → oneDNN's blocked layout for BATCH_HINT rows (an opaque mkldnn tensor)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), BATCH_HINT)
+
+
+def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int,
+           chunk: int) -> torch.Tensor:
+    """F.linear(x, weight, bias) through the packed weight, in calls of at most `chunk` rows."""
+    rows = x.reshape(-1, x.shape[-1])
+    if rows.shape[0] == 0:
+        return x.new_zeros(*x.shape[:-1], out_features)
+    blocks = [torch.ops.mkldnn._linear_pointwise(block, packed, bias, "none", [], "") for block in rows.split(chunk)]
+    out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+    return out.view(*x.shape[:-1], out_features)
