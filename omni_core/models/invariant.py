@@ -156,8 +156,11 @@ def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict, fast_k
     if key not in chosen:
         plan = next((p for p in candidates(runs(weight, bias)) if holds(p, weight, bias)), ROWWISE)
         if plan != ROWWISE and weight.numel() * weight.element_size() >= TIMED_BYTES:
-            others = [ROW] + ([ONEDNN] if fast_kernels and onednn.usable(weight) and holds(ONEDNN, weight, bias) else [])
-            plan = fastest([plan, *others], timings([plan, *others], weight, bias))
+            others = [ONEDNN] if fast_kernels and onednn.usable(weight) and holds(ONEDNN, weight, bias) else []
+            if plan.pad_min > 1:  # an unpadded plan's lone row is ROW's: it is never slower than ROW
+                others.append(ROW)
+            if others:
+                plan = fastest([plan, *others], timings([plan, *others], weight, bias))
         chosen[key] = plan
     return chosen[key]
 
