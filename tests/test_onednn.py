@@ -48,3 +48,19 @@ def test_requests_together_equal_their_solo_runs_on_onednn(pipe, threads):
     for got, want in zip(together, solo):
         assert_same(got, want)
     assert max(r.stats.batch_max for r in together) >= 2
+
+
+def test_a_module_on_onednn_copies_and_pickles():
+    """The packed weight is opaque (no storage): a copy or a pickle packs it again from the weight."""
+    import copy
+    import io
+
+    m = Linear(1024, 4096, bias=True)
+    m.set_plan(ONEDNN)
+    x = torch.randn(3, 1024)
+    buffer = io.BytesIO()
+    torch.save(m, buffer)
+    buffer.seek(0)
+    for other in (copy.deepcopy(m), torch.load(buffer, weights_only=False)):
+        assert other.plan == ONEDNN and other.packed is not None
+        assert torch.equal(other(x), m(x))

@@ -227,6 +227,14 @@ class Linear(nn.Linear):
         self.plan = plan
         self.packed = onednn.pack(self.weight) if plan.kernel == "onednn" else None
 
+    def __getstate__(self):  # copy.deepcopy, pickling: a packed weight is opaque, so it is packed again
+        return {**super().__getstate__(), "packed": None}
+
+    def __setstate__(self, state) -> None:
+        super().__setstate__(state)
+        if self.plan.kernel == "onednn":
+            self.packed = onednn.pack(self.weight)
+
 
 def use_plan(modules, plan: Plan) -> None:
     """Give every matmul in `modules` one plan (PLAIN: a pipeline without batch invariance)."""
