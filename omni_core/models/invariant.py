@@ -15,14 +15,16 @@ A `Plan(pad_min, chunk)` cuts a call so that every block has between pad_min and
 (fewer rows are padded with zero rows, more are split), so every row runs in one class.
 The classes differ by shape and CPU (tiny widths have others), so they are mapped per weight
 shape once at load (`plan_linears`) by probing the real kernel with random rows; the run of at
-least MIN_RUN row counts with the smallest first count is taken, then checked at every position;
-where it pads a lone row and the padded call costs more than LONE_ROW_SLACK times a 1-row call
-(timed), every row runs alone instead (ROW):
+least MIN_RUN row counts with the smallest first count is taken, then checked at every position.
+A weight of TIMED_BYTES or more is then timed against two more plans, ROW (every row its own 1-row
+call) and, for float32 on a CPU, ONEDNN (the weight packed once for oneDNN: onednn.py), where it holds;
+`fastest` takes the quickest for a lone row, or one within LONE_ROW_SLACK of it that is quicker for 8:
 
   Xeon float32   pad 2 / chunk 15   a lone row pays a 2-row GEMM (~1.05x a 1-row call)
-  EPYC float32   ROW                2-3 rows (2 threads) or 4-32 (1 thread) hold, but a 2-row call costs
-                                    2.3-2.6x a 1-row one (a 1-row call is a GEMV at copy speed, small
-                                    GEMMs are not): one call per row, as fast as blocks of 3 for batches
+  EPYC float32   ONEDNN             at 2 threads at every real width (MKL's 2-3 row run, the only short
+                                    one that holds there, cost 2.3-2.6x a 1-row call; BENCHMARKS.md (l));
+                                    at 1 thread ONEDNN or ROW per shape; tiny widths: pad 4 / chunk 32
+                                    (1 thread) or pad 2 / chunk 3 (2 threads), untimed
   bfloat16       pad 1 / chunk 32   no padding at all; pad 2 / chunk 32 at K = 6144 on the Xeon
   otherwise      pad 16 / chunk 32  the safe rule (every row in the 16-32 class), if it holds,
                  or ROWWISE: no GEMM, each row's products summed alone (a 1-output gate)
@@ -185,7 +187,7 @@ def timings(plans: list[Plan], weight: torch.Tensor, bias: torch.Tensor | None =
     gave a lone Qwen3-TTS request the same frames/s)."""
     x = torch.randn(8, weight.shape[1], device=weight.device).to(weight.dtype)
     packed = {p: onednn.pack(weight) if p.kernel == "onednn" else None for p in plans}
-    evict = torch.empty(cache_bytes() // 2, dtype=torch.float32) if weight.device.type == "cpu" else None
+    evict = torch.empty(cache_bytes() // 4, dtype=torch.float32) if weight.device.type == "cpu" else None
     times: dict[tuple, list[float]] = {(p, n): [] for p in plans for n in (1, 8)}
     with torch.no_grad():
         for round_ in range(repeats + 1):  # the first round warms up
