@@ -83,6 +83,9 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
         load_weights(modules, path)
     plans.plan_modules(modules.values(), dev, fast_kernels)  # batch-invariant matmuls: the cheapest kernel plan per shape
     report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)
+    packed = sum(getattr(m, "packed", None) is not None for root in modules.values() for m in root.modules())
+    if packed:
+        report += f" · {packed} float32 matmuls through oneDNN (timed faster here: models/onednn.py)"
     if dtype == "auto" and dt != DTYPES.get(cfg.torch_dtype, dt):
         report += (f" (the checkpoint is {cfg.torch_dtype}; this CPU has no fast {cfg.torch_dtype} kernels, so auto "
                    f"chose float32: --dtype {cfg.torch_dtype} keeps it)")
