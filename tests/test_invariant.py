@@ -139,6 +139,8 @@ def test_onednn_gives_f_linears_values_and_where_it_holds_equal_rows(shape):
     if holds(ONEDNN, weight, bias):  # then in blocks of up to 32: any batch, any position
         alone = torch.cat([linear(x[i:i + 1], weight, bias, ONEDNN, packed) for i in range(len(x))])
         assert torch.equal(got, alone)
+        strided = x.view(7, 10, K)[:, -1]  # rows 9, 19, ...: a last position, as the predictor's heads read it
+        assert torch.equal(linear(strided, weight, bias, ONEDNN, packed), alone[9::10])
 
 
 def test_padding_keeps_shapes_and_the_values_of_f_linear():
