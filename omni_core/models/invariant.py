@@ -66,7 +66,7 @@ PROBE_ROWS = 32  # row counts 1..PROBE_ROWS are mapped and checked
 MIN_RUN = 8  # a plan's run of row counts at least this long, where the CPU has one (`candidates`)
 LONE_ROW_SLACK = 1.5  # a plan's 1-row call may be at most this much slower than the fastest one's (`fastest`)
 TIMED_BYTES = 4 * 2**20  # weights this large choose their plan by timing: the kernel, not the calls, costs there
-RULE = 3  # the way plans are chosen; a change of it makes every machine choose its plans again (loading/plans.py)
+RULE = 4  # the way plans are chosen; a change of it makes every machine choose its plans again (loading/plans.py)
 _exact = False  # inside `exact()`: plain F.linear (a global, not a thread-local: compiled regions read it)
 
 

@@ -19,11 +19,16 @@ from __future__ import annotations
 import torch
 
 BATCH_HINT = 32  # the batch the weight is packed for; the rows it was checked to hold for (PROBE_ROWS)
+# Not tried above this: probing packs a passing copy of the weight (as much memory again, for a while), and
+# the weights this large are vocabulary heads (Qwen3-Omni's 152k x 2048, 1.2 GB in float32).
+MAX_BYTES = 256 * 2**20
 
 
 def usable(weight: torch.Tensor) -> bool:
-    """float32 on a CPU with oneDNN: what this path serves (bfloat16's F.linear is oneDNN already)."""
-    return weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+    """float32 on a CPU with oneDNN, up to MAX_BYTES: what this path serves (bfloat16's F.linear is oneDNN
+    already)."""
+    return (weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+            and weight.numel() * weight.element_size() <= MAX_BYTES)
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
