@@ -21,7 +21,7 @@ call) and, for float32 on a CPU, ONEDNN (the weight packed once for oneDNN: oned
 `fastest` takes the quickest for a lone row, or one within LONE_ROW_SLACK of it that is quicker for 8:
 
   Xeon float32   pad 2 / chunk 15   a lone row pays a 2-row GEMM (~1.05x a 1-row call)
-  EPYC float32   ONEDNN             at 2 threads at every real width (MKL's 2-3 row run, the only short
+  EPYC float32   ONEDNN             at 2 threads at every real width up to onednn.MAX_BYTES (MKL's 2-3 row run, the only short
                                     one that holds there, cost 2.3-2.6x a 1-row call; BENCHMARKS.md (l));
                                     at 1 thread ONEDNN or ROW per shape; tiny widths: pad 4 / chunk 32
                                     (1 thread) or pad 2 / chunk 3 (2 threads), untimed
