@@ -104,7 +104,7 @@ def test_the_fastest_plan_puts_a_lone_row_first_then_batches():
 def test_a_large_weight_is_timed_a_small_one_is_not(monkeypatch):
     timed = []
 
-    def fake_timings(plans, weight, bias=None):
+    def fake_timings(plans, weight, bias=None, **kwargs):
         timed.append(plans)
         return {p: (1.0, 8.0) if p == ROW else (2.0, 2.0) for p in plans}
 

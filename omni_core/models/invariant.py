@@ -106,12 +106,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return out.view(*x.shape[:-1], weight.shape[0])
 
 
-def holds(plan: Plan, weight: torch.Tensor, bias: torch.Tensor | None = None, seed: int = 0) -> bool:
+def holds(plan: Plan, weight: torch.Tensor, bias: torch.Tensor | None = None, seed: int = 0,
+          packed: torch.Tensor | None = None) -> bool:
     """Whether every row of every call of 1..PROBE_ROWS rows, at offsets 0 and 3 of random data, equals
     that row's own 1-row call under `plan`, bit for bit."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     X = torch.randn(PROBE_ROWS + 3, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
-    packed = onednn.pack(weight) if plan.kernel == "onednn" else None
+    if plan.kernel == "onednn" and packed is None:
+        packed = onednn.pack(weight)
     with torch.no_grad():
         solo = torch.cat([linear(X[r:r + 1], weight, bias, plan, packed) for r in range(X.shape[0])])
         for M in range(2, PROBE_ROWS + 1):
@@ -158,11 +160,12 @@ def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict, fast_k
     if key not in chosen:
         plan = next((p for p in candidates(runs(weight, bias)) if holds(p, weight, bias)), ROWWISE)
         if plan != ROWWISE and weight.numel() * weight.element_size() >= TIMED_BYTES:
-            others = [ONEDNN] if fast_kernels and onednn.usable(weight) and holds(ONEDNN, weight, bias) else []
+            packed = onednn.pack(weight) if fast_kernels and onednn.usable(weight) else None  # one copy for both
+            others = [ONEDNN] if packed is not None and holds(ONEDNN, weight, bias, packed=packed) else []
             if plan.pad_min > 1:  # an unpadded plan's lone row is ROW's: it is never slower than ROW
                 others.append(ROW)
             if others:
-                plan = fastest([plan, *others], timings([plan, *others], weight, bias))
+                plan = fastest([plan, *others], timings([plan, *others], weight, bias, packed=packed))
         chosen[key] = plan
     return chosen[key]
 
@@ -180,13 +183,14 @@ def fastest(plans: list[Plan], times: dict[Plan, tuple[float, float]]) -> Plan:
 
 
 def timings(plans: list[Plan], weight: torch.Tensor, bias: torch.Tensor | None = None,
-            repeats: int = 7) -> dict[Plan, tuple[float, float]]:
+            repeats: int = 7, packed: torch.Tensor | None = None) -> dict[Plan, tuple[float, float]]:
     """{plan: (median seconds of a 1-row call, of an 8-row call)}, the plans interleaved in each round, each
     call timed with the weight out of the CPU's caches (as a step of a model larger than the cache meets
     it: a weight timed hot from the cache ran a 1-row GEMV 1.3-1.5x faster than oneDNN, in the engine the two
     gave a lone Qwen3-TTS request the same frames/s)."""
     x = torch.randn(8, weight.shape[1], device=weight.device).to(weight.dtype)
-    packed = {p: onednn.pack(weight) if p.kernel == "onednn" else None for p in plans}
+    if packed is None and any(p.kernel == "onednn" for p in plans):
+        packed = onednn.pack(weight)
     evict = torch.empty(cache_bytes() // 4, dtype=torch.float32) if weight.device.type == "cpu" else None
     times: dict[tuple, list[float]] = {(p, n): [] for p in plans for n in (1, 8)}
     with torch.no_grad():
@@ -198,7 +202,7 @@ def timings(plans: list[Plan], weight: torch.Tensor, bias: torch.Tensor | None =
                     if weight.is_cuda:
                         torch.cuda.synchronize()
                     start = time.perf_counter()
-                    linear(x[:n], weight, bias, p, packed[p])
+                    linear(x[:n], weight, bias, p, packed)
                     if weight.is_cuda:
                         torch.cuda.synchronize()
                     if round_:
