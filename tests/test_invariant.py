@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 from omni_core.models import invariant
 from omni_core.models import onednn
-from omni_core.models.invariant import (MIN_RUN, ONEDNN, PLAIN, ROW, ROWWISE, SAFE, Linear, Plan, candidates, choose,
-                                        fastest, holds, linear, runs)
+from omni_core.models.invariant import (ATEN_ONLY, MIN_RUN, NO_PACKING, ONEDNN, PLAIN, ROW, ROWWISE, SAFE, Linear, Plan,
+                                        candidates, choose, fastest, holds, linear, runs)
 
 from .conftest import our_pipeline
 
@@ -101,21 +101,61 @@ def test_the_fastest_plan_puts_a_lone_row_first_then_batches():
     assert fastest(list(tie), tie) == Plan(2, 15)
 
 
-def test_a_large_weight_is_timed_a_small_one_is_not(monkeypatch):
-    timed = []
+@pytest.fixture
+def timed(monkeypatch):
+    """The plans `choose` timed, call by call; the fake timings make ROW fastest alone, nothing within 1.5x."""
+    calls = []
 
     def fake_timings(plans, weight, bias=None, **kwargs):
-        timed.append(plans)
+        calls.append(plans)
         return {p: (1.0, 8.0) if p == ROW else (2.0, 2.0) for p in plans}
 
     monkeypatch.setattr(invariant, "timings", fake_timings)
-    small, _, _ = weights(64, 192, torch.float32)
-    choose(small, None, {})
-    assert timed == []
+    return calls
+
+
+def test_a_large_weight_is_timed_against_row_and_onednn(timed):
     large, _, _ = weights(1024, 3072, torch.float32)  # 12 MB
-    assert choose(large, None, {}) == ROW  # the fake timings: ROW fastest alone, nothing within 1.25x
+    assert choose(large, None, {}) == ROW
     assert ROW in timed[0] and (ONEDNN in timed[0]) == holds(ONEDNN, large)
-    assert choose(large, None, {}, fast_kernels=False) == ROW and ONEDNN not in timed[1]
+    assert choose(large, None, {}, NO_PACKING) == ROW and ONEDNN not in timed[1]
+    assert all(p.kernel != "serial" for p in timed[0] + timed[1])
+
+
+def test_a_small_weight_takes_its_one_thread_plan(timed):
+    """On one thread the one-thread plan is the plan (nothing to time); on more, it is timed against the
+    thread count's own plan. Compiled graphs (ATEN_ONLY) never take it."""
+    small, _, _ = weights(64, 192, torch.float32)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        plan = choose(small, None, {})
+        assert plan.kernel == "serial" and timed == []
+        torch.set_num_threads(2)
+        choose(small, None, {})
+        assert timed and any(p.kernel == "serial" for p in timed[0]) and any(p.kernel == "aten" for p in timed[0])
+        assert choose(small, None, {}, ATEN_ONLY).kernel == "aten"
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_one_thread_plan_holds_whatever_the_callers_threads(dtype):
+    """Chosen at 1 thread, run at 2 (the engine's thread can have more than the loader's): every row of
+    any batch equals its lone call, which equals F.linear on one thread; the caller's threads come back."""
+    weight, bias, g = weights(64, 192, dtype, bias=True)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        plan = choose(weight, bias, {})
+        x = torch.randn(70, 64, generator=g).to(dtype)
+        alone = torch.cat([F.linear(F.pad(row[None], (0, 0, 0, plan.pad_min - 1)), weight, bias)[:1] for row in x])
+        torch.set_num_threads(2)
+        for rows in (1, 2, 3, 4, 5, 8, 16, 17, 32, 33, 70):
+            assert torch.equal(linear(x[:rows], weight, bias, plan), alone[:rows]), rows
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_row_holds_and_gives_f_linear_per_row():

@@ -93,13 +93,13 @@ def test_a_kernel_library_setting_is_another_machine(cache, monkeypatch):
 
 
 def test_names_round_trip():
-    key = ((2048, 1024), torch.bfloat16, "cpu", False, True)
-    assert plans._name(key) == "2048x1024 bfloat16 cpu bias=False fast=True"
+    key = ((2048, 1024), torch.bfloat16, "cpu", False, invariant.NO_PACKING)
+    assert plans._name(key) == "2048x1024 bfloat16 cpu bias=False kernels=aten+serial"
     assert plans._key(plans._name(key)) == key
 
 
 def test_a_onednn_plan_is_kept_and_read_back(cache):
-    key = ((3072, 1024), torch.float32, "cpu", False, True)
+    key = ((3072, 1024), torch.float32, "cpu", False, invariant.ALL_KERNELS)
     plans.write(CPU, {key: invariant.ONEDNN})
     assert plans.read(CPU) == {key: invariant.ONEDNN}
 

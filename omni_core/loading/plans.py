@@ -19,7 +19,7 @@ import torch
 
 from omni_core.cache import machine
 from omni_core.loading import memory
-from omni_core.models.invariant import RULE, TIMED_BYTES, Linear, Plan, plan_linears
+from omni_core.models.invariant import ALL_KERNELS, ATEN_ONLY, NO_PACKING, RULE, TIMED_BYTES, Linear, Plan, plan_linears
 from omni_core.synthetic.tiny import cache_dir
 
 PACK_HEADROOM = 0.5  # of the packed bytes, left free after packing (the requests' caches, the page)
@@ -39,16 +39,16 @@ def path(device: torch.device) -> Path:
 
 
 def _name(key: tuple) -> str:
-    """invariant.choose's key (shape, dtype, device type, bias?, fast kernels?) as text:
-    '2048x1024 bfloat16 cpu bias=False fast=True'."""
-    shape, dtype, device_type, bias, fast = key
-    return f"{'x'.join(map(str, shape))} {str(dtype).replace('torch.', '')} {device_type} bias={bias} fast={fast}"
+    """invariant.choose's key (shape, dtype, device type, bias?, kernels) as text:
+    '2048x1024 bfloat16 cpu bias=False kernels=aten+serial'."""
+    shape, dtype, device_type, bias, kernels = key
+    return f"{'x'.join(map(str, shape))} {str(dtype).replace('torch.', '')} {device_type} bias={bias} kernels={kernels}"
 
 
 def _key(name: str) -> tuple:
-    shape, dtype, device_type, bias, fast = name.split(" ")
+    shape, dtype, device_type, bias, kernels = name.split(" ")
     return (tuple(int(n) for n in shape.split("x")), getattr(torch, dtype), device_type, bias == "bias=True",
-            fast == "fast=True")
+            kernels.removeprefix("kernels="))
 
 
 def read(device: torch.device) -> dict[tuple, Plan]:
@@ -73,11 +73,13 @@ def write(device: torch.device, table: dict[tuple, Plan]) -> None:
 def plan_modules(modules, device: torch.device, fast_kernels: bool = True) -> dict[tuple, Plan]:
     """plan_linears(modules) with this machine's earlier answers: probes only the shapes it has not
     seen, and keeps those. Returns the plans probed now ({} when every shape was known).
-    fast_kernels: oneDNN plans allowed (their packed copies must fit beside the weights: `room_to_pack`)."""
+    fast_kernels: kernels besides F.linear allowed (False in compiled pipelines); oneDNN's only where their
+    packed copies fit beside the weights (`room_to_pack`)."""
     modules = list(modules)
     known = read(device)
     chosen = dict(known)
-    plan_linears(modules, chosen, fast_kernels and room_to_pack(modules, device))
+    kernels = ATEN_ONLY if not fast_kernels else ALL_KERNELS if room_to_pack(modules, device) else NO_PACKING
+    plan_linears(modules, chosen, kernels)
     probed = {k: plan for k, plan in chosen.items() if k not in known}
     if probed:
         try:

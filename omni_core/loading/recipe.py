@@ -45,7 +45,7 @@ class LoadedModel:
 def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto",
                revision: str | None = None, force: bool = False, fast_kernels: bool = True) -> LoadedModel:
     """The recipe: read the source → build on meta → check memory → materialize → fill → plan the matmuls
-    (fast_kernels: oneDNN plans allowed, models/onednn.py)."""
+    (fast_kernels: plans with kernels besides F.linear allowed: small GEMMs on one thread, oneDNN; models/invariant.py)."""
     start = time.perf_counter()
     drawn = random_weights.is_random(source)
     tts = False

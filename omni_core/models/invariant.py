@@ -18,13 +18,18 @@ shape once at load (`plan_linears`) by probing the real kernel with random rows;
 least MIN_RUN row counts with the smallest first count is taken, then checked at every position.
 A weight of TIMED_BYTES or more is then timed against two more plans, ROW (every row its own 1-row
 call) and, for float32 on a CPU, ONEDNN (the weight packed once for oneDNN: onednn.py), where it holds;
-`fastest` takes the quickest for a lone row, or one within LONE_ROW_SLACK of it that is quicker for 8:
+`fastest` takes the quickest for a lone row, or one within LONE_ROW_SLACK of it that is quicker for 8.
+A smaller weight on a CPU is also mapped and checked on one thread, and that plan (kernel "serial":
+its calls run on one thread) is timed against the run's: a small GEMM costs its call, not its
+arithmetic, and on more threads the call wakes the OpenMP team (a 4-row 64x64 float32 GEMM: 15 µs at
+2 threads, 47 µs with OMP_WAIT_POLICY=PASSIVE, 5-9 µs on one thread with the switch there and back),
+and MKL's one-thread row classes are long ones (EPYC: 4-32 at one thread, 2-3 at two):
 
   Xeon float32   pad 2 / chunk 15   a lone row pays a 2-row GEMM (~1.05x a 1-row call)
   EPYC float32   ONEDNN             at 2 threads at every real width up to onednn.MAX_BYTES (MKL's 2-3 row run, the only short
                                     one that holds there, cost 2.3-2.6x a 1-row call; BENCHMARKS.md (l));
                                     at 1 thread ONEDNN or ROW per shape; tiny widths: pad 4 / chunk 32
-                                    (1 thread) or pad 2 / chunk 3 (2 threads), untimed
+                                    on one thread ("serial", which holds whatever the engine's threads)
   bfloat16       pad 1 / chunk 32   no padding at all; pad 2 / chunk 32 at K = 6144 on the Xeon
   otherwise      pad 16 / chunk 32  the safe rule (every row in the 16-32 class), if it holds,
                  or ROWWISE: no GEMM, each row's products summed alone (a 1-output gate)
@@ -62,11 +67,15 @@ ROWWISE = Plan(0, 0)  # no GEMM: each row's products summed on their own (for sh
 # run holds, e.g. a 1-output gate, whose matrix-vector kernel depends on the row count)
 ROW = Plan(1, 1)  # every row its own 1-row call: always holds, and a lone row runs unpadded; B rows cost B calls
 ONEDNN = Plan(1, onednn.BATCH_HINT, "onednn")  # float32 through oneDNN, no padding, blocks of up to 32 rows
+# The kernels a weight's plan may use (`choose`): compiled graphs read F.linear only (inductor packs its own
+# weights and cannot trace a thread switch); stacked weights (the MoE's experts) and a machine without room
+# for packed copies take no oneDNN.
+ATEN_ONLY, NO_PACKING, ALL_KERNELS = "aten", "aten+serial", "aten+serial+onednn"
 PROBE_ROWS = 32  # row counts 1..PROBE_ROWS are mapped and checked
 MIN_RUN = 8  # a plan's run of row counts at least this long, where the CPU has one (`candidates`)
 LONE_ROW_SLACK = 1.5  # a plan's 1-row call may be at most this much slower than the fastest one's (`fastest`)
 TIMED_BYTES = 4 * 2**20  # weights this large choose their plan by timing: the kernel, not the calls, costs there
-RULE = 4  # the way plans are chosen; a change of it makes every machine choose its plans again (loading/plans.py)
+RULE = 5  # the way plans are chosen; a change of it makes every machine choose its plans again (loading/plans.py)
 _exact = False  # inside `exact()`: plain F.linear (a global, not a thread-local: compiled regions read it)
 
 
@@ -91,6 +100,26 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return F.linear(x, weight, bias)
     if plan.kernel == "onednn":
         return onednn.linear(x, packed, bias, weight.shape[0], plan.chunk)
+    if plan.kernel == "serial":
+        return on_one_thread(_blocks, x, weight, bias, plan)
+    return _blocks(x, weight, bias, plan)
+
+
+def on_one_thread(fn, *args):
+    """fn(*args) with the calling thread's kernels on one thread (a switch there and back: ~0.5 µs, the
+    OpenMP team stays)."""
+    threads = torch.get_num_threads()
+    if threads == 1:
+        return fn(*args)
+    torch.set_num_threads(1)
+    try:
+        return fn(*args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _blocks(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, plan: Plan) -> torch.Tensor:
+    """F.linear in blocks of pad_min..chunk rows (zero rows pad a short one), or ROWWISE."""
     if plan == ROWWISE:
         out = (x.unsqueeze(-2) * weight).sum(-1)  # [..., N]: a reduction per row, whatever the rows
         return out if bias is None else out + bias
@@ -152,22 +181,45 @@ def candidates(found: list[tuple[int, int]]) -> list[Plan]:
     return sorted(long) + sorted(short) + [SAFE]
 
 
-def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict, fast_kernels: bool = True) -> Plan:
+def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict, kernels: str = ALL_KERNELS) -> Plan:
     """The plan for this weight's shape and dtype (cached in `chosen`): the first of `candidates` that
     passes `holds` (else ROWWISE). A weight of TIMED_BYTES or more, where the kernels' speed decides, is
-    timed against ROW and (fast_kernels, float32 on a CPU) ONEDNN where that holds: `fastest` of them."""
-    key = (tuple(weight.shape), weight.dtype, weight.device.type, bias is not None, fast_kernels)
+    timed against ROW and (float32 on a CPU) ONEDNN where that holds; a smaller one on a CPU against its
+    one-thread plan ("serial"): `fastest` of them. kernels: ATEN_ONLY, NO_PACKING or ALL_KERNELS."""
+    key = (tuple(weight.shape), weight.dtype, weight.device.type, bias is not None, kernels)
     if key not in chosen:
-        plan = next((p for p in candidates(runs(weight, bias)) if holds(p, weight, bias)), ROWWISE)
-        if plan != ROWWISE and weight.numel() * weight.element_size() >= TIMED_BYTES:
-            packed = onednn.pack(weight) if fast_kernels and onednn.usable(weight) else None  # one copy for both
-            others = [ONEDNN] if packed is not None and holds(ONEDNN, weight, bias, packed=packed) else []
-            if plan.pad_min > 1:  # an unpadded plan's lone row is ROW's: it is never slower than ROW
-                others.append(ROW)
-            if others:
-                plan = fastest([plan, *others], timings([plan, *others], weight, bias, packed=packed))
-        chosen[key] = plan
+        chosen[key] = _choose(weight, bias, kernels)
     return chosen[key]
+
+
+def first_holding(weight: torch.Tensor, bias: torch.Tensor | None) -> Plan:
+    """The first of `candidates` that passes `holds` on the calling thread's kernels, else ROWWISE."""
+    return next((p for p in candidates(runs(weight, bias)) if holds(p, weight, bias)), ROWWISE)
+
+
+def _choose(weight: torch.Tensor, bias: torch.Tensor | None, kernels: str) -> Plan:
+    large = weight.numel() * weight.element_size() >= TIMED_BYTES
+    others, packed = [], None
+    if not large and "serial" in kernels and weight.device.type == "cpu":
+        serial = on_one_thread(first_holding, weight, bias)
+        if serial != ROWWISE:
+            serial = serial._replace(kernel="serial")
+            others.append(serial)
+        if torch.get_num_threads() == 1:  # the same calls; and a serial plan holds at any thread count
+            return serial
+    plan = first_holding(weight, bias)
+    if plan == ROWWISE:
+        return plan
+    if large:
+        packed = onednn.pack(weight) if "onednn" in kernels and onednn.usable(weight) else None  # one copy for both
+        if packed is not None and holds(ONEDNN, weight, bias, packed=packed):
+            others.append(ONEDNN)
+        if plan.pad_min > 1:  # an unpadded plan's lone row is ROW's: it is never slower than ROW
+            others.append(ROW)
+    if not others:
+        return plan
+    plans = [plan, *others]
+    return fastest(plans, timings(plans, weight, bias, packed=packed, evict=large, repeats=7 if large else 21))
 
 
 def fastest(plans: list[Plan], times: dict[Plan, tuple[float, float]]) -> Plan:
@@ -183,15 +235,15 @@ def fastest(plans: list[Plan], times: dict[Plan, tuple[float, float]]) -> Plan:
 
 
 def timings(plans: list[Plan], weight: torch.Tensor, bias: torch.Tensor | None = None,
-            repeats: int = 7, packed: torch.Tensor | None = None) -> dict[Plan, tuple[float, float]]:
-    """{plan: (median seconds of a 1-row call, of an 8-row call)}, the plans interleaved in each round, each
-    call timed with the weight out of the CPU's caches (as a step of a model larger than the cache meets
-    it: a weight timed hot from the cache ran a 1-row GEMV 1.3-1.5x faster than oneDNN, in the engine the two
-    gave a lone Qwen3-TTS request the same frames/s)."""
+            repeats: int = 7, packed: torch.Tensor | None = None, evict: bool = True) -> dict[Plan, tuple[float, float]]:
+    """{plan: (median seconds of a 1-row call, of an 8-row call)}, the plans interleaved in each round.
+    evict: each call timed with the weight out of the CPU's caches (as a step of a model larger than the
+    cache meets it: a weight timed hot from the cache ran a 1-row GEMV 1.3-1.5x faster than oneDNN, in the
+    engine the two gave a lone Qwen3-TTS request the same frames/s); a small model's weights stay cached."""
     x = torch.randn(8, weight.shape[1], device=weight.device).to(weight.dtype)
     if packed is None and any(p.kernel == "onednn" for p in plans):
         packed = onednn.pack(weight)
-    evict = torch.empty(cache_bytes() // 4, dtype=torch.float32) if weight.device.type == "cpu" else None
+    evict = torch.empty(cache_bytes() // 4, dtype=torch.float32) if evict and weight.device.type == "cpu" else None
     times: dict[tuple, list[float]] = {(p, n): [] for p in plans for n in (1, 8)}
     with torch.no_grad():
         for round_ in range(repeats + 1):  # the first round warms up
@@ -252,17 +304,18 @@ def use_plan(modules, plan: Plan) -> None:
                 module.plans = [plan] * len(module.plan_weights())
 
 
-def plan_linears(modules, chosen: dict | None = None, fast_kernels: bool = True) -> dict:
+def plan_linears(modules, chosen: dict | None = None, kernels: str = ALL_KERNELS) -> dict:
     """Choose the plan of every batch-invariant matmul in `modules` (after their weights are loaded):
     each Linear, and each module with `plan_weights()` (the MoE router and experts, whose stacked
-    weights are never packed: aten plans only), probing each distinct shape once.
-    fast_kernels: whether a Linear may take ONEDNN (a packed copy of its weight; not in compiled graphs).
-    Returns the table {(shape, dtype, device, bias?, fast_kernels): Plan}."""
+    weights are never packed), probing each distinct shape once.
+    kernels: what a plan may use besides F.linear (ATEN_ONLY in compiled graphs; NO_PACKING where no
+    packed copies fit). Returns the table {(shape, dtype, device, bias?, kernels): Plan}."""
     chosen = {} if chosen is None else chosen
     for root in modules:
         for module in root.modules():
             if isinstance(module, Linear):
-                module.set_plan(choose(module.weight, module.bias, chosen, fast_kernels))
+                module.set_plan(choose(module.weight, module.bias, chosen, kernels))
             elif hasattr(module, "plan_weights"):
-                module.plans = [choose(w, None, chosen, False) for w in module.plan_weights()]
+                stacked = kernels.replace("+onednn", "")
+                module.plans = [choose(w, None, chosen, stacked) for w in module.plan_weights()]
     return chosen
