@@ -1,6 +1,7 @@
 """`Runner` (omni_core/engine/runner.py), the only caller of the models: admission in speak mode (no
-thinker) and chat mode (prefill, first token), reply tokens up to the limit, the talker's prefill,
-CB0 with its alternatives, and one predictor call per kind with compare rows in both."""
+thinker) and chat mode (prefill, first token), reply tokens up to the limit, the talker's prefill
+(in pieces: the same floats as one prefill where the prompt is one piece), CB0 with its alternatives,
+and one predictor call per kind with compare rows in both."""
 
 from __future__ import annotations
 
@@ -47,6 +48,8 @@ def test_speak_admission_takes_the_text_as_the_reply_without_the_thinker(runner)
 def test_chat_admission_prefills_and_the_reply_stops_at_max_text_tokens(runner):
     seq = new(runner, mode="chat", max_text_tokens=3)
     runner.admit(seq)
+    assert seq.thinker_todo.shape == (1, len(seq.prompt_ids)) and not seq.reply.ids and not seq.wants_token()
+    assert runner.prefill_thinker(seq) == len(seq.prompt_ids) and seq.thinker_todo is None
     assert seq.max_text_tokens == 3 and len(seq.reply.ids) == 1 and not seq.reply.done
     assert seq.thinker_cache is not None and seq.last_token.shape == (1,)
     while not seq.reply.done:
@@ -61,6 +64,8 @@ def test_the_talker_starts_then_cb0_comes_with_its_alternatives(runner):
     seq = new(runner)
     runner.admit(seq)
     runner.start_talker(seq)
+    assert not seq.talking and seq.hidden is None
+    assert runner.prefill_talker(seq) == seq.talker_cache.length  # a short prompt: one piece
     assert seq.talking and seq.hidden.shape == (1, m.config.talker.hidden_size)
     cb0, p0, top, top_probs = runner.next_cb0(seq, runner.cb0_logits([seq])[0])
     assert cb0.shape == p0.shape == (1,) and top.shape == top_probs.shape == (1, 5)
@@ -85,3 +90,31 @@ def test_predict_makes_one_call_per_kind_and_compare_rows_are_in_both(runner):
     codes, probs, embeds, top, top_probs = out[seqs[2], "kv"]
     assert codes.shape == (1, 15) and embeds.shape == (1, 15, m.config.talker.hidden_size) and top.shape == (1, 15, 5)
     torch.testing.assert_close(out[seqs[2], "kv"][0], out[seqs[2], "reprefill"][0])  # float32 greedy: they agree
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 16])
+def test_a_prompt_prefilled_in_pieces_fills_the_cache_and_ends_where_one_prefill_does(runner, chunk):
+    """Pieces of `chunk` positions against the cache: the last hidden state and every cached K/V as one
+    prefill gives them, up to float rounding (a piece's matmuls have other row counts), and the same
+    floats every time it is cut the same way."""
+    whole = new(runner, text="A longer sentence, so that its prompt takes several pieces.")
+    runner.admit(whole)
+    runner.start_talker(whole)
+    runner.prefill_talker(whole)
+    runner.prefill_chunk = chunk
+    runs = []
+    for _ in range(2):
+        seq = new(runner, text="A longer sentence, so that its prompt takes several pieces.")
+        runner.admit(seq)
+        runner.start_talker(seq)
+        pieces = []
+        while not seq.talking:
+            pieces.append(runner.prefill_talker(seq))
+        assert sum(pieces) == whole.talker_cache.length and max(pieces) == chunk and len(pieces) > 1
+        runs.append(seq)
+    torch.testing.assert_close(runs[0].hidden, whole.hidden, rtol=1e-4, atol=1e-5)
+    for layer in range(len(whole.talker_cache.k)):
+        n = whole.talker_cache.length
+        torch.testing.assert_close(runs[0].talker_cache.k[layer][:, :, :n], whole.talker_cache.k[layer][:, :, :n],
+                                   rtol=1e-4, atol=1e-5)
+    assert torch.equal(runs[0].hidden, runs[1].hidden)

@@ -1,9 +1,14 @@
 """`Engine`: one thread, one loop, every running request advanced in the same step.
 
-`Engine.step()` reads as one sentence: schedule (stop, pause, admit) → think (one batched
-thinker token for every chat reply the talker is about to read) → talk (one batched
-talker step) → CB0 per row → one predictor call per predictor kind for all rows →
-emit each row's frame and audio.
+`Engine.step()` reads as one sentence: schedule (stop, pause, admit) → prefill newcomers'
+prompts → think (one batched thinker token for every chat reply the talker is about to
+read) → talk (prefill talker prompts, one batched talker step) → CB0 per row → one predictor
+call per predictor kind for all rows → emit each row's frame and audio.
+
+Prefills run piece by piece (`Runner.prefill_chunk` positions); while some row is decoding, a
+step runs at most that many prompt positions (whole pieces, in admission order), so a long
+prompt admitted mid-stream delays the others' next frame by one piece's work, not its whole
+prompt's. With nothing decoding (requests arriving together at an idle engine) every piece runs.
 
 All torch work happens in the engine's own thread: callers (Gradio's worker threads)
 only put requests in and read events out. Torch kernels run on an OpenMP team per
@@ -60,6 +65,7 @@ class Engine:
         self._rest = False  # end the thread as soon as it is idle (`rest`)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()  # lists of new Sequences, (fn, args, Future) calls
         self.steps_taken = 0
+        self.prefill_left: int | None = None  # prompt positions this step may still prefill (None: no limit)
         self.error: EngineError | None = None  # set once the engine no longer serves
         self._queued = 0  # submitted and not yet admitted: in the inbox or the scheduler's waiting line
         self._failed_steps = 0  # steps in a row that raised
@@ -251,6 +257,8 @@ class Engine:
             seq.step_spent = dict.fromkeys(seq.step_spent, 0.0)
         self.schedule()
         rows = self.scheduler.rows()
+        self.prefill_left = self.runner.prefill_chunk if any(s.decoding for s in rows) else None
+        self.prefill([s for s in rows if s.thinker_todo is not None], "thinker")
         self.think([s for s in rows if s.wants_token()])
         rows = self.talk([s for s in rows if s.can_talk])
         rows, cb0 = self.choose_cb0(rows)
@@ -272,8 +280,22 @@ class Engine:
         with self._lock:
             self._queued -= len(admitted)
         for seq in admitted:
-            # Chat admission is the thinker's prefill; speak mode's is the talker's prompt pieces.
+            # Chat admission is the thinker's prompt; speak mode's is the talker's prompt pieces.
             self._guard(seq, "thinker" if seq.req.mode == "chat" else "talker", [seq], self.runner.admit, seq)
+
+    def prefill(self, seqs: list[Sequence], stage: str) -> None:
+        """The next pieces of these requests' prompts for `stage` ("thinker" or "talker"), request by request
+        in admission order, while the step's budget (`prefill_left`) lasts. Each piece is its request's own
+        work (fails it alone); a request whose last piece ran can decode in this same step."""
+        run = self.runner.prefill_thinker if stage == "thinker" else self.runner.prefill_talker
+        for seq in seqs:
+            while not seq.finished and (todo := _todo(seq, stage)) is not None:
+                piece = min(self.runner.prefill_chunk, todo.shape[1])
+                if self.prefill_left is not None:
+                    if piece > self.prefill_left:
+                        return
+                    self.prefill_left -= piece
+                self._guard(seq, stage, [seq], run, seq)
 
     def think(self, seqs: list[Sequence]) -> None:
         """One reply token for each chat request that needs one: one batched thinker step."""
@@ -282,14 +304,15 @@ class Engine:
             self._guard(seq, "thinker", [seq], self.runner.take_token, seq, row)
 
     def talk(self, seqs: list[Sequence]) -> list[Sequence]:
-        """The talker's hidden state for each row's next frame: a prefill for a request starting,
-        one batched step (ragged cache lengths) for the rest."""
-        for seq in [s for s in seqs if not s.talking]:
+        """The talker's hidden state for each row's next frame: the prompt's prefill for a request
+        starting (as the budget allows), one batched step (ragged cache lengths) for the rest."""
+        for seq in [s for s in seqs if s.talker_cache is None]:
             if seq.reply.done and not seq.reply.spoken:  # the thinker ended its reply at once
                 seq.stats.warnings.append("the reply ended at its first token: there is nothing to speak")
                 self._finish(seq, "eos")
                 continue
             self._guard(seq, "talker", [seq], self.runner.start_talker, seq)
+        self.prefill([s for s in seqs if s.talker_todo is not None and not s.finished], "talker")
         going = [s for s in seqs if s.talking and s.hidden is None]
         inputs = {s: self._guard(s, "talker", [s], self.runner.next_input, s) for s in going}
         going, hidden = self._batched("talker", [s for s in going if not s.finished],
@@ -394,3 +417,8 @@ class Engine:
             with self._lock:
                 self._queued -= 1
         self.scheduler.remove(seq)
+
+
+def _todo(seq: Sequence, stage: str) -> torch.Tensor | None:
+    """The prompt positions `stage` has yet to prefill for this request (None: none)."""
+    return seq.thinker_todo if stage == "thinker" else seq.talker_todo

@@ -1,8 +1,10 @@
 """`Runner`: the only place that calls the models.
 
-Per request: admission (prompts, and the thinker's prefill in chat mode; for Qwen3-TTS the
-talker's prompt from the request, a clone's x-vector and reference codes), the talker's
-prefill, the next talker input, CB0 from the codec head's logits. Batched, for all rows
+Per request: admission (prompts; for Qwen3-TTS the talker's prompt from the request, a clone's
+x-vector and reference codes), the prefills of the thinker's prompt (chat mode) and of the
+talker's, piece by piece (`prefill_chunk` positions: the engine runs a few pieces a step, so a
+long prompt cannot stall the rows already speaking), the next talker input, CB0 from the codec
+head's logits. Batched, for all rows
 at once: one thinker token, one talker step (ragged cache lengths), the codec head, and
 one code-predictor call per predictor kind. A row's floats do not depend on its
 neighbours: matmul rows are batch-invariant (`invariant.linear`), attention runs per row,
@@ -39,11 +41,16 @@ def lengths_kept_on_error(caches: list[KVCache]):
 
 
 PREDICTOR_KINDS = {"reprefill": ("reprefill",), "kv": ("kv",), "compare": ("reprefill", "kv")}
+# A prompt is prefilled in pieces of at most this many positions. The pieces depend on the prompt alone
+# (never on what else the step holds), so a request's floats do not depend on its neighbours; a prompt
+# this long or shorter is one piece, as the official implementations prefill it.
+PREFILL_CHUNK = 128
 
 
 class Runner:
     def __init__(self, model: SpeechModel):
         self.model = model
+        self.prefill_chunk = PREFILL_CHUNK
 
     # ---- one request ----------------------------------------------------------------------------
 
@@ -71,8 +78,22 @@ class Runner:
         seq.max_text_tokens = req.max_text_tokens or default_text_tokens(len(seq.prompt_ids))
         seq.thinker_cache = m.thinker.model.new_cache(1, len(seq.prompt_ids) + seq.max_text_tokens,
                                                       like=m.thinker.lm_head.weight)
-        prompt = torch.tensor([seq.prompt_ids], device=m.device)
-        self.take_token(seq, m.thinker(prompt, seq.thinker_cache)[:, -1])
+        seq.thinker_todo = torch.tensor([seq.prompt_ids], device=m.device)  # prefilled by `prefill_thinker`
+
+    def prefill_thinker(self, seq: Sequence) -> int:
+        """The next piece of the thinker's prompt (the reference's kernels); after the last, the reply's
+        first token. → positions run."""
+        m = self.model
+        piece, rest = seq.thinker_todo[:, :self.prefill_chunk], seq.thinker_todo[:, self.prefill_chunk:]
+        with exact():
+            if rest.shape[1]:  # only the last piece's last position is read
+                m.thinker.model(m.thinker.embed(piece), seq.thinker_cache, seq.thinker_cache.length)
+            else:
+                logits = m.thinker(piece, seq.thinker_cache)[:, -1]
+        seq.thinker_todo = rest if rest.shape[1] else None
+        if seq.thinker_todo is None:
+            self.take_token(seq, logits)
+        return piece.shape[1]
 
     def admit_tts(self, seq: Sequence) -> None:
         """Qwen3-TTS: the talker's prompt from the request (a clone's x-vector and reference codes
@@ -107,15 +128,26 @@ class Runner:
             seq.emit(TextDelta(self.model.tokenizer.decode(new, skip_special_tokens=True), new))
 
     def start_talker(self, seq: Sequence) -> None:
-        """The talker's prompt and its prefill (once the reply's first tokens are known): one request's
-        own work, with the reference's kernels."""
+        """The talker's prompt (once the reply's first tokens are known) and its cache; `prefill_talker`
+        runs it. One request's own work, with the reference's kernels."""
         m = self.model
         with exact():
             prompt = seq.talker_prompt
             if prompt is None:
                 prompt = seq.builder.prompt(seq.prompt_ids, seq.reply.first_spoken, m.speaker_id(seq.req.speaker))
-            seq.talker_cache = m.talker.model.new_cache(1, prompt.shape[1] + 64, like=prompt)
-            seq.hidden = m.talker.model(prompt, seq.talker_cache, 0)[:, -1]
+        seq.talker_cache = m.talker.model.new_cache(1, prompt.shape[1] + 64, like=prompt)
+        seq.talker_todo = prompt
+
+    def prefill_talker(self, seq: Sequence) -> int:
+        """The next piece of the talker's prompt (the reference's kernels); after the last, the hidden
+        state the first frame's CB0 is read from. → positions run."""
+        piece, rest = seq.talker_todo[:, :self.prefill_chunk], seq.talker_todo[:, self.prefill_chunk:]
+        with exact():
+            hidden = self.model.talker.model(piece, seq.talker_cache, seq.talker_cache.length)[:, -1]
+        seq.talker_todo = rest if rest.shape[1] else None
+        if seq.talker_todo is None:
+            seq.hidden = hidden
+        return piece.shape[1]
 
     def next_input(self, seq: Sequence) -> torch.Tensor:
         """The talker's next input [1, 1, C]: the last frame's summed embedding + text step k-1."""

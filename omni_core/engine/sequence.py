@@ -56,6 +56,8 @@ class Sequence:
         self.shown = 0  # reply tokens already sent as TextDelta
         # model state
         self.thinker_cache = self.talker_cache = None
+        # prompt positions not yet prefilled: thinker ids [1, n], talker embeddings [1, n, C] (None: all done)
+        self.thinker_todo = self.talker_todo = None
         self.talker_prompt: torch.Tensor | None = None  # [1, L, C]; Qwen3-TTS builds it at admission
         self.hidden: torch.Tensor | None = None  # [1, C]: the talker's last hidden state, which CB0 is read from
         self.history = torch.empty(1, 0, dtype=torch.long, device=device)  # CB0s so far
@@ -71,7 +73,7 @@ class Sequence:
     def wants_token(self) -> bool:
         """Chat mode: the next talker step reads text step k-1 (k = frames made), which needs
         reply tokens r0..r(k+1), or the reply's end."""
-        if self.thinker_cache is None or self.reply.done:
+        if self.thinker_cache is None or self.thinker_todo is not None or self.reply.done:
             return False
         return not self.overlap or len(self.reply.ids) < len(self.codes) + 2
 
@@ -82,7 +84,13 @@ class Sequence:
 
     @property
     def talking(self) -> bool:
-        return self.talker_cache is not None
+        """The talker's prompt is prefilled: each step makes a frame."""
+        return self.talker_cache is not None and self.talker_todo is None
+
+    @property
+    def decoding(self) -> bool:
+        """A step would advance it past its prompts (a frame, or a reply token): what a prefill stalls."""
+        return self.talking or (self.thinker_cache is not None and self.thinker_todo is None and not self.reply.done)
 
     def max_frames(self) -> int:
         if self.req.max_frames is not None:
@@ -105,6 +113,7 @@ class Sequence:
     def release(self) -> None:
         """Let go of the caches and the codec stream, then mark the request over."""
         self.thinker_cache = self.talker_cache = self.decoder = self.hidden = None
+        self.thinker_todo = self.talker_todo = None
         self.last_embeds = self.talker_prompt = None
         self.builder = self.reply.builder = None  # it holds the thinker and the talker
         self.finished = True
