@@ -84,15 +84,12 @@ class Runner:
         """The next piece of the thinker's prompt (the reference's kernels); after the last, the reply's
         first token. → positions run."""
         m = self.model
-        piece, rest = seq.thinker_todo[:, :self.prefill_chunk], seq.thinker_todo[:, self.prefill_chunk:]
+        piece, seq.thinker_todo = self._cut(seq.thinker_todo)
         with exact():
-            if rest.shape[1]:  # only the last piece's last position is read
+            if seq.thinker_todo is not None:  # only the last piece's last position is read
                 m.thinker.model(m.thinker.embed(piece), seq.thinker_cache, seq.thinker_cache.length)
             else:
-                logits = m.thinker(piece, seq.thinker_cache)[:, -1]
-        seq.thinker_todo = rest if rest.shape[1] else None
-        if seq.thinker_todo is None:
-            self.take_token(seq, logits)
+                self.take_token(seq, m.thinker(piece, seq.thinker_cache)[:, -1])
         return piece.shape[1]
 
     def admit_tts(self, seq: Sequence) -> None:
@@ -141,13 +138,17 @@ class Runner:
     def prefill_talker(self, seq: Sequence) -> int:
         """The next piece of the talker's prompt (the reference's kernels); after the last, the hidden
         state the first frame's CB0 is read from. → positions run."""
-        piece, rest = seq.talker_todo[:, :self.prefill_chunk], seq.talker_todo[:, self.prefill_chunk:]
+        piece, seq.talker_todo = self._cut(seq.talker_todo)
         with exact():
             hidden = self.model.talker.model(piece, seq.talker_cache, seq.talker_cache.length)[:, -1]
-        seq.talker_todo = rest if rest.shape[1] else None
         if seq.talker_todo is None:
             seq.hidden = hidden
         return piece.shape[1]
+
+    def _cut(self, todo: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A prompt's positions still to prefill [1, n, ...] → (the next piece, the rest; None when none)."""
+        n = self.prefill_chunk
+        return todo[:, :n], (todo[:, n:] if todo.shape[1] > n else None)
 
     def next_input(self, seq: Sequence) -> torch.Tensor:
         """The talker's next input [1, 1, C]: the last frame's summed embedding + text step k-1."""

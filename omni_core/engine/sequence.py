@@ -73,7 +73,7 @@ class Sequence:
     def wants_token(self) -> bool:
         """Chat mode: the next talker step reads text step k-1 (k = frames made), which needs
         reply tokens r0..r(k+1), or the reply's end."""
-        if self.thinker_cache is None or self.thinker_todo is not None or self.reply.done:
+        if not self.thinking:
             return False
         return not self.overlap or len(self.reply.ids) < len(self.codes) + 2
 
@@ -88,9 +88,14 @@ class Sequence:
         return self.talker_cache is not None and self.talker_todo is None
 
     @property
+    def thinking(self) -> bool:
+        """Chat mode: the thinker's prompt is prefilled and the reply is still being written."""
+        return self.thinker_cache is not None and self.thinker_todo is None and not self.reply.done
+
+    @property
     def decoding(self) -> bool:
         """A step would advance it past its prompts (a frame, or a reply token): what a prefill stalls."""
-        return self.talking or (self.thinker_cache is not None and self.thinker_todo is None and not self.reply.done)
+        return self.talking or self.thinking
 
     def max_frames(self) -> int:
         if self.req.max_frames is not None:

@@ -316,6 +316,6 @@ def plan_linears(modules, chosen: dict | None = None, kernels: str = ALL_KERNELS
             if isinstance(module, Linear):
                 module.set_plan(choose(module.weight, module.bias, chosen, kernels))
             elif hasattr(module, "plan_weights"):
-                stacked = kernels.replace("+onednn", "")
+                stacked = NO_PACKING if "serial" in kernels else ATEN_ONLY
                 module.plans = [choose(w, None, chosen, stacked) for w in module.plan_weights()]
     return chosen
