@@ -9,7 +9,7 @@ from transformers.generation.logits_process import (
     LogitsProcessorList, RepetitionPenaltyLogitsProcessor, SuppressTokensLogitsProcessor, TemperatureLogitsWarper,
     TopKLogitsWarper, TopPLogitsWarper)
 
-from omni_core.models.sampling import SamplingConfig, choose, repetition_penalty, suppress, warp
+from omni_core.models.sampling import SamplingConfig, choose, repetition_penalty, suppress, top_p_of_top_k, warp
 
 INF = float("inf")
 NO_IDS = torch.empty(1, 0, dtype=torch.long)  # what HF's processors get when the talker starts from embeddings
@@ -135,6 +135,38 @@ def test_top_p_inside_a_tie_cuts_like_hf():
         got, want = warp(logits, cfg), hf_warp(logits, cfg)
         assert_same_logits(got, want)
         assert torch.isfinite(got).sum() >= 1
+
+
+TOP_K_THEN_P = [c for c in WARPS if c.top_k and c.top_p < 1.0]
+
+
+@pytest.mark.parametrize("cfg", TOP_K_THEN_P, ids=lambda c: f"t{c.temperature}-k{c.top_k}-p{c.top_p}")
+def test_top_p_over_the_top_k_cuts_where_hf_cuts(cfg):
+    """The compiled frames' top-p (over the k survivors, no vocabulary-wide sort) keeps exactly HF's ids and
+    logits on 2048 rows of a 2048-id vocabulary (no exact ties: where it may differ, see its docstring);
+    with suppressed ids and fewer finite ids than k too."""
+    logits = random_logits(2048, 2048, seed=5)
+    logits[::7, 1900:] = -INF  # suppressed ids, as the talker's codec mask
+    logits[3, 5:] = -INF  # fewer finite ids than top-k
+    scaled = logits / cfg.temperature if cfg.temperature != 1.0 else logits  # warp's first step
+    assert_same_logits(top_p_of_top_k(scaled, cfg), hf_warp(logits, cfg))
+
+
+def test_compiled_warp_takes_the_top_k_form():
+    """Under torch.compile (as the predictor frames are traced) `warp` takes `top_p_of_top_k`, with HF's cut."""
+    cfg = SamplingConfig(True, 1.0, 50, 0.8)  # the code predictor's
+    logits = random_logits(64, 2048, seed=6)
+    calls = []
+    compiled = torch.compile(warp, backend="eager", fullgraph=True)
+    import omni_core.models.sampling as sampling
+    original = sampling.top_p_of_top_k
+    sampling.top_p_of_top_k = lambda *a: calls.append(1) or original(*a)
+    try:
+        got = compiled(logits, cfg)
+    finally:
+        sampling.top_p_of_top_k = original
+    assert calls
+    assert_same_logits(got, hf_warp(logits, cfg))
 
 
 def test_warp_leaves_the_callers_logits_alone():
