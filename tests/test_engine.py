@@ -128,6 +128,35 @@ def test_a_long_prompt_admitted_mid_stream_is_prefilled_a_piece_a_step_beside_th
     assert_same(together[1], solo_long)
 
 
+def test_a_newcomers_first_frame_and_audio_come_before_the_speaking_rows_step():
+    """A request admitted mid-stream makes its first frame and first audio in calls of its own, before the
+    speaking rows' frames of that step (not after their whole step); both still equal their solo runs."""
+    pipe = our_pipeline("tiny")
+    engine = pipe.engine
+    speaker = SpeechRequest("Speaking already.", predictor="kv", max_frames=12)
+    newcomer = SpeechRequest("Just arrived.", max_frames=6, seed=4)
+    solo = [pipe.generate(speaker), pipe.generate(newcomer)]
+    calls = []  # (step, [(text, frames so far)] per emit call, and the audio chunks each row had after it)
+    real = engine.emit
+
+    def logged(seqs, cb0, predicted):
+        before = [(s.req.text, len(s.codes)) for s in seqs]
+        real(seqs, cb0, predicted)
+        calls.append((engine.steps_taken, before, [len(s.audio) for s in seqs]))
+
+    engine.emit = logged
+    try:
+        together = staggered(pipe, [speaker, newcomer], after_frames=3)
+    finally:
+        del engine.emit
+    first = next(i for i, (_, rows, _) in enumerate(calls) if (newcomer.text, 0) in rows)
+    step, rows, audio = calls[first]
+    assert rows == [(newcomer.text, 0)] and audio == [1], calls  # alone, and its first audio is out
+    assert calls[first + 1][0] == step and [t for t, _ in calls[first + 1][1]] == [speaker.text], calls
+    assert_same(together[0], solo[0])
+    assert_same(together[1], solo[1])
+
+
 def test_concurrent_requests_equal_their_solo_runs_with_all_cores():
     """The same, with the engine's kernels on 2 threads (the tests otherwise run on 1)."""
     pipe = our_pipeline("tiny")

@@ -2,8 +2,10 @@
 
 `Engine.step()` reads as one sentence: schedule (stop, pause, admit) → prefill newcomers'
 prompts → think (one batched thinker token for every chat reply the talker is about to
-read) → talk (prefill talker prompts, one batched talker step) → CB0 per row → one predictor
-call per predictor kind for all rows → emit each row's frame and audio.
+read) → a frame for every row (`frame`): talk (prefill talker prompts, one batched talker
+step) → CB0 per row → one predictor call per predictor kind for all rows → emit each row's
+frame and audio. Rows still waiting for their first frame take that part first, in calls of
+their own, so a newcomer's first audio does not wait for the older rows' whole step.
 
 Prefills run piece by piece (`Runner.prefill_chunk` positions); while some row is decoding, a
 step runs at most that many prompt positions (whole pieces, in admission order), so a long
@@ -260,11 +262,20 @@ class Engine:
         self.prefill_left = self.runner.prefill_chunk if any(s.decoding for s in rows) else None
         self.prefill([s for s in rows if s.thinker_todo is not None], "thinker")
         self.think([s for s in rows if s.wants_token()])
-        rows = self.talk([s for s in rows if s.can_talk])
+        talking = [s for s in rows if s.can_talk]
+        # Newcomers first, in calls of their own: their first frame and audio come out before the older rows'
+        # step, not after it (rows are batch-invariant: the split changes no row's floats).
+        for group in ([s for s in talking if not s.codes], [s for s in talking if s.codes]):
+            if group:
+                self.frame(group)
+        self.steps_taken += 1
+
+    def frame(self, seqs: list[Sequence]) -> None:
+        """The next frame of each of these rows: talker, CB0, predictor, then its Frame and audio."""
+        rows = self.talk(seqs)
         rows, cb0 = self.choose_cb0(rows)
         rows, predicted = self.predict(rows, cb0)
         self.emit(rows, cb0, predicted)
-        self.steps_taken += 1
 
     # ---- the parts of a step ---------------------------------------------------------------
 
