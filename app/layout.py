@@ -48,7 +48,7 @@ def controls(p: SimpleNamespace, info: dict, streaming: bool) -> None:
                         value=EXAMPLES[0], elem_id="text")
     gr.Examples(EXAMPLES, inputs=[p.text], label="Examples")
     voice(p, info)
-    p.predictor = gr.Radio(PREDICTORS, value="reprefill", label="Code predictor",
+    p.predictor = gr.Radio(PREDICTORS, value=default_predictor(info), label="Code predictor",
                            info="re-prefill (CUDA-graph friendly) · KV cache · compare runs both",
                            elem_id="predictor")
     p.cuda_graph = gr.Checkbox(value=cuda, interactive=cuda, label="CUDA graph for the predictor",
@@ -73,6 +73,13 @@ def controls(p: SimpleNamespace, info: dict, streaming: bool) -> None:
                        buttons=["download"])
     p.files = gr.File(label="Downloads", file_count="multiple",
                       interactive=False, elem_id="downloads")
+
+
+def default_predictor(info: dict) -> str:
+    """Re-prefill where it replays as a CUDA graph; elsewhere KV: on a CPU it does 16 positions of work a
+    frame instead of 135, its compiled frames batch the rows (re-prefill's run one row at a time), and
+    many requests at once go 1.2-3x faster with it (BENCHMARKS.md (m), (n))."""
+    return "reprefill" if info["cuda_available"] else "kv"
 
 
 def hub(p: SimpleNamespace, info: dict) -> None:

@@ -73,7 +73,7 @@ def play(page, elem_id: str, tries: int = 6) -> None:
 def test_generate_inspect_a_frame_and_play_it(page):
     page.locator("#text textarea").fill("Inspect these codes.")
     set_max_frames(page, 40)
-    generate_and_wait(page, "re-prefill")
+    generate_and_wait(page, "KV cache")  # a CPU's default predictor
     page.wait_for_function("() => document.querySelector('#inspector')?.innerText.includes('frame 0')")
     # Codebook statistics beside the heatmap, the spectrogram under it on the same time axis.
     page.locator("#cbstats .js-plotly-plot").wait_for()
@@ -136,10 +136,10 @@ def test_edit_a_codebook_and_hear_the_redecode(page):
 def test_pin_a_generate_b_and_see_the_diff(page):
     page.locator("#pin").click()
     page.wait_for_function("() => document.querySelector('#ab-summary')?.innerText.includes('pinned')")
-    page.locator("#predictor").get_by_text("KV", exact=True).click()
+    page.locator("#predictor").get_by_text("re-prefill", exact=True).click()
     page.locator("#do-sample input, #sampling").first.click()
     page.locator("#do-sample input").check()
-    generate_and_wait(page, "KV cache")
+    generate_and_wait(page, "re-prefill")
     page.wait_for_function("() => document.querySelector('#ab-summary')?.innerText.includes('agree')")
     title = page.locator("#ab-diff .gtitle").text_content()
     assert "codes differ" in title and "40 common frames" in title

@@ -35,5 +35,7 @@ def test_choices_follow_the_model_and_the_machine():
     assert p.max_frames.maximum == MAX_FRAMES and p.max_frames.value == 0  # 0: automatic
     assert [c[1] for c in p.edit_op.choices] == list(OPS)
     assert p.cuda_graph.value is info["cuda_available"] and p.cuda_graph.interactive is info["cuda_available"]
+    assert p.predictor.value == "kv"  # no CUDA here: the KV predictor is the fast one on a CPU
     gpu = build({**info, "cuda_available": True, "default_speaker": "aiden"})
     assert gpu.cuda_graph.value is True and gpu.speaker.value == "aiden"
+    assert gpu.predictor.value == "reprefill"  # it replays as a CUDA graph
