@@ -88,10 +88,12 @@ def test_concurrent_requests_equal_their_solo_runs(count):
         assert max(r.stats.batch_max for r in together) >= 2, "the requests never shared a step"
 
 
-def test_a_long_prompt_admitted_mid_stream_is_prefilled_a_piece_a_step_beside_the_speaking_rows():
-    """While a row is speaking, a newcomer's long prompt runs at most one piece (`prefill_chunk`
-    positions) a step, and the speaking row makes a frame in every one of those steps; alone, the same
-    prompt runs all its pieces in its first step. Both requests still equal their solo runs."""
+@pytest.mark.parametrize("pieces", [1, 3])
+def test_a_long_prompt_admitted_mid_stream_is_prefilled_a_few_pieces_a_step_beside_the_speaking_rows(pieces):
+    """While a row is speaking, a newcomer's long prompt runs at most `prefill_budget` positions (here
+    `pieces` pieces of `prefill_chunk` positions) a step, and the speaking row makes a frame in every one
+    of those steps; alone, the same prompt runs all its pieces in its first step. Both requests still equal
+    their solo runs."""
     pipe = our_pipeline("tiny")
     runner = pipe.engine.runner
     first = SpeechRequest("Speaking already.", predictor="kv", max_frames=24)
@@ -106,23 +108,25 @@ def test_a_long_prompt_admitted_mid_stream_is_prefilled_a_piece_a_step_beside_th
         log.append((pipe.engine.steps_taken, n, speaking))
         return n
 
-    before = runner.prefill_chunk
-    runner.prefill_chunk, runner.prefill_talker = 6, logged
+    before = runner.prefill_chunk, pipe.engine.prefill_budget
+    runner.prefill_chunk, runner.prefill_talker, pipe.engine.prefill_budget = 6, logged, 6 * pieces
     try:
         solo_long = pipe.generate(long)
         solo_steps = {step for step, _, _ in log}
-        assert len(log) > 3 and len(solo_steps) == 1, log  # alone: every piece in one step
+        assert len(log) > 3 * pieces and len(solo_steps) == 1, log  # alone: every piece in one step
         solo_first = pipe.generate(first)
         log.clear()
         together = staggered(pipe, [first, long], after_frames=3)
     finally:
-        runner.prefill_chunk = before
+        runner.prefill_chunk, pipe.engine.prefill_budget = before
         del runner.prefill_talker
     newcomer = [(step, n, speaking) for step, n, speaking in log if speaking]
     steps = [step for step, _, _ in newcomer]
-    assert len(newcomer) > 3 and len(set(steps)) == len(steps), log  # one piece per step beside a speaker
+    per_step = [steps.count(step) for step in sorted(set(steps))]
+    assert len(per_step) > 2 and per_step[:-1] == [pieces] * (len(per_step) - 1), log  # the budget, filled
     assert all(n <= 6 for _, n, _ in newcomer)
-    frames = [speaking[0] for _, _, speaking in newcomer]
+    frames = [log_speaking[0] for _, _, log_speaking in newcomer]
+    frames = [frames[steps.index(step)] for step in sorted(set(steps))]  # the speaker's frames, step by step
     assert frames == list(range(frames[0], frames[0] + len(frames))), log  # the speaker kept a frame a step
     assert_same(together[0], solo_first)
     assert_same(together[1], solo_long)

@@ -8,9 +8,10 @@ frame and audio. Rows still waiting for their first frame take that part first, 
 their own, so a newcomer's first audio does not wait for the older rows' whole step.
 
 Prefills run piece by piece (`Runner.prefill_chunk` positions); while some row is decoding, a
-step runs at most that many prompt positions (whole pieces, in admission order), so a long
-prompt admitted mid-stream delays the others' next frame by one piece's work, not its whole
-prompt's. With nothing decoding (requests arriving together at an idle engine) every piece runs.
+step runs at most `prefill_budget` prompt positions (whole pieces, in admission order; at least
+one piece), so a long prompt admitted mid-stream delays the others' next frame by a few pieces'
+work, not its whole prompt's, and a handful of short prompts arriving together all start in one
+step. With nothing decoding (requests arriving together at an idle engine) every piece runs.
 
 All torch work happens in the engine's own thread: callers (Gradio's worker threads)
 only put requests in and read events out. Torch kernels run on an OpenMP team per
@@ -55,6 +56,10 @@ POLL_S = 0.1  # how often a waiting caller checks that the engine is alive
 PAUSED_POLL_S = 0.02  # how often an engine whose requests are all paused looks again
 CLOSE = object()  # the inbox item that ends the loop
 REST = object()  # the inbox item that wakes the loop to end an idle thread (`Engine.rest`)
+# Prompt positions a step may prefill while rows are decoding: four pieces. One piece (128) let only two
+# of the tiny model's ~60-position prompts start per step, so 8 requests arriving together heard their
+# first audio over four steps; more lets a long prompt hold the speaking rows longer per step.
+PREFILL_BUDGET = 512
 
 
 class Engine:
@@ -67,6 +72,7 @@ class Engine:
         self._rest = False  # end the thread as soon as it is idle (`rest`)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()  # lists of new Sequences, (fn, args, Future) calls
         self.steps_taken = 0
+        self.prefill_budget = PREFILL_BUDGET  # prompt positions a step may prefill while rows decode
         self.prefill_left: int | None = None  # prompt positions this step may still prefill (None: no limit)
         self.error: EngineError | None = None  # set once the engine no longer serves
         self._queued = 0  # submitted and not yet admitted: in the inbox or the scheduler's waiting line
@@ -259,7 +265,8 @@ class Engine:
             seq.step_spent = dict.fromkeys(seq.step_spent, 0.0)
         self.schedule()
         rows = self.scheduler.rows()
-        self.prefill_left = self.runner.prefill_chunk if any(s.decoding for s in rows) else None
+        decoding = any(s.decoding for s in rows)  # at least one piece a step, whatever the budget
+        self.prefill_left = max(self.prefill_budget, self.runner.prefill_chunk) if decoding else None
         self.prefill([s for s in rows if s.thinker_todo is not None], "thinker")
         self.think([s for s in rows if s.wants_token()])
         talking = [s for s in rows if s.can_talk]
