@@ -161,6 +161,34 @@ def test_a_newcomers_first_frame_and_audio_come_before_the_speaking_rows_step():
     assert_same(together[1], solo[1])
 
 
+def test_requests_sent_a_little_apart_to_an_idle_engine_start_in_one_step():
+    """An idle engine handed a request waits while more keep coming (`gather_s`: here generous, for a loaded
+    test machine), so requests from separate threads, 50 ms apart, make their first frames in one call."""
+    pipe = our_pipeline("tiny")
+    engine = pipe.engine
+    requests = [SpeechRequest(f"Burst number {i}.", max_frames=3, seed=i) for i in range(3)]
+    firsts = []  # per emit call: the requests making their first frame in it
+    real = engine.emit
+
+    def logged(seqs, cb0, predicted):
+        firsts.append(sorted(s.req.text for s in seqs if not s.codes))
+        real(seqs, cb0, predicted)
+
+    def run(i):
+        time.sleep(0.05 * i)
+        return collect(pipe.stream(requests[i]))
+
+    before, engine.gather_s, engine.emit = engine.gather_s, (0.3, 3.0), logged
+    try:
+        with ThreadPoolExecutor(len(requests)) as pool:
+            results = list(pool.map(run, range(len(requests))))
+    finally:
+        engine.gather_s = before
+        del engine.emit
+    assert firsts[0] == sorted(r.text for r in requests), firsts
+    assert [r.stats.frames for r in results] == [3, 3, 3]
+
+
 def test_concurrent_requests_equal_their_solo_runs_with_all_cores():
     """The same, with the engine's kernels on 2 threads (the tests otherwise run on 1)."""
     pipe = our_pipeline("tiny")
