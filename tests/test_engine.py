@@ -89,9 +89,9 @@ def test_concurrent_requests_equal_their_solo_runs(count):
 
 
 @pytest.mark.parametrize("pieces", [1, 3])
-def test_a_long_prompt_admitted_mid_stream_is_prefilled_a_few_pieces_a_step_beside_the_speaking_rows(pieces):
-    """While a row is speaking, a newcomer's long prompt runs at most `prefill_budget` positions (here
-    `pieces` pieces of `prefill_chunk` positions) a step, and the speaking row makes a frame in every one
+def test_a_long_prompt_admitted_mid_stream_is_prefilled_a_piece_a_step_beside_the_speaking_rows(pieces):
+    """While a row is speaking, a newcomer's long prompt runs one piece (`prefill_chunk` positions) a step,
+    whether the step's budget holds one piece or three, and the speaking row makes a frame in every one
     of those steps; alone, the same prompt runs all its pieces in its first step. Both requests still equal
     their solo runs."""
     pipe = our_pipeline("tiny")
@@ -123,7 +123,7 @@ def test_a_long_prompt_admitted_mid_stream_is_prefilled_a_few_pieces_a_step_besi
     newcomer = [(step, n, speaking) for step, n, speaking in log if speaking]
     steps = [step for step, _, _ in newcomer]
     per_step = [steps.count(step) for step in sorted(set(steps))]
-    assert len(per_step) > 2 and per_step[:-1] == [pieces] * (len(per_step) - 1), log  # the budget, filled
+    assert len(per_step) > 3 and per_step == [1] * len(per_step), log  # one piece a step beside a speaker
     assert all(n <= 6 for _, n, _ in newcomer)
     frames = [log_speaking[0] for _, _, log_speaking in newcomer]
     frames = [frames[steps.index(step)] for step in sorted(set(steps))]  # the speaker's frames, step by step
@@ -159,6 +159,38 @@ def test_a_newcomers_first_frame_and_audio_come_before_the_speaking_rows_step():
     assert calls[first + 1][0] == step and [t for t, _ in calls[first + 1][1]] == [speaker.text], calls
     assert_same(together[0], solo[0])
     assert_same(together[1], solo[1])
+
+
+def test_a_burst_of_newcomers_beside_a_speaking_row_starts_in_one_step():
+    """Five short prompts admitted together beside a speaking row fit the step's prefill budget (one piece
+    each): all five make their first frame in one call, the speaker its frame in that same step."""
+    pipe = our_pipeline("tiny")
+    engine = pipe.engine
+    speaker = SpeechRequest("Speaking already.", predictor="kv", max_frames=16)
+    burst = [SpeechRequest(f"Newcomer number {i} arrives with the others.", max_frames=3, seed=i) for i in range(5)]
+    calls = []  # (step, requests making their first frame, texts in the call)
+    real = engine.emit
+
+    def logged(seqs, cb0, predicted):
+        calls.append((engine.steps_taken, sorted(s.req.text for s in seqs if not s.codes),
+                      [s.req.text for s in seqs]))
+        real(seqs, cb0, predicted)
+
+    engine.emit = logged
+    try:
+        frames = 0
+        for event in pipe.stream(speaker):
+            frames += isinstance(event, Frame)
+            if frames == 3:
+                streams = pipe.stream_together(burst)
+                frames += 1
+        results = [collect(s) for s in streams]
+    finally:
+        del engine.emit
+    firsts = [(step, new) for step, new, _ in calls if new and speaker.text not in new]
+    assert firsts[0][1] == sorted(r.text for r in burst), calls
+    assert any(step == firsts[0][0] and texts == [speaker.text] for step, _, texts in calls), calls
+    assert [r.stats.frames for r in results] == [3] * 5
 
 
 def test_requests_sent_a_little_apart_to_an_idle_engine_start_in_one_step():

@@ -8,10 +8,11 @@ frame and audio. Rows still waiting for their first frame take that part first, 
 their own, so a newcomer's first audio does not wait for the older rows' whole step.
 
 Prefills run piece by piece (`Runner.prefill_chunk` positions); while some row is decoding, a
-step runs at most `prefill_budget` prompt positions (whole pieces, in admission order; at least
-one piece), so a long prompt admitted mid-stream delays the others' next frame by a few pieces'
-work, not its whole prompt's, and a handful of short prompts arriving together all start in one
-step. With nothing decoding (requests arriving together at an idle engine) every piece runs.
+step runs at most `prefill_budget` prompt positions (whole pieces, in admission order; one piece
+per prompt, at least one piece), so a long prompt admitted mid-stream delays the others' next
+frame by one piece's work, not its whole prompt's, and a handful of short prompts arriving
+together all start in one step. With nothing decoding (requests arriving together at an idle
+engine) every piece runs.
 
 All torch work happens in the engine's own thread: callers (Gradio's worker threads)
 only put requests in and read events out. Torch kernels run on an OpenMP team per
@@ -56,9 +57,9 @@ POLL_S = 0.1  # how often a waiting caller checks that the engine is alive
 PAUSED_POLL_S = 0.02  # how often an engine whose requests are all paused looks again
 CLOSE = object()  # the inbox item that ends the loop
 REST = object()  # the inbox item that wakes the loop to end an idle thread (`Engine.rest`)
-# Prompt positions a step may prefill while rows are decoding: four pieces. One piece (128) let only two
-# of the tiny model's ~60-position prompts start per step, so 8 requests arriving together heard their
-# first audio over four steps; more lets a long prompt hold the speaking rows longer per step.
+# Prompt positions a step may prefill while rows are decoding, one piece per prompt: four pieces. One piece
+# (128) let only two of the tiny model's ~60-position prompts start per step, so 8 requests arriving beside
+# a speaking one heard their first audio over four steps.
 PREFILL_BUDGET = 512
 # An idle engine handed a request waits while more keep coming: up to GATHER_S for each next one, GATHER_MAX_S
 # in all. Requests sent together (threads released at once submit over 2-9 ms here, slowed by the engine's
@@ -320,8 +321,10 @@ class Engine:
 
     def prefill(self, seqs: list[Sequence], stage: str) -> None:
         """The next pieces of these requests' prompts for `stage` ("thinker" or "talker"), request by request
-        in admission order, while the step's budget (`prefill_left`) lasts. Each piece is its request's own
-        work (fails it alone); a request whose last piece ran can decode in this same step."""
+        in admission order, while the step's budget (`prefill_left`) lasts, one piece per request when the
+        budget applies (so a long prompt holds the speaking rows one piece's work a step, and a burst of
+        short ones starts together). Each piece is its request's own work (fails it alone); a request whose
+        last piece ran can decode in this same step."""
         run = self.runner.prefill_thinker if stage == "thinker" else self.runner.prefill_talker
         for seq in seqs:
             while not seq.finished and (todo := _todo(seq, stage)) is not None:
@@ -331,6 +334,8 @@ class Engine:
                         return
                     self.prefill_left -= piece
                 self._guard(seq, stage, [seq], run, seq)
+                if self.prefill_left is not None:
+                    break  # beside decoding rows a prompt runs one piece a step: the budget is for several prompts
 
     def think(self, seqs: list[Sequence]) -> None:
         """One reply token for each chat request that needs one: one batched thinker step."""
