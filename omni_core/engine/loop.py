@@ -283,7 +283,8 @@ class Engine:
             seq.step_spent = dict.fromkeys(seq.step_spent, 0.0)
         self.schedule()
         rows = self.scheduler.rows()
-        decoding = any(s.decoding for s in rows)  # at least one piece a step, whatever the budget
+        decoding = any(s.decoding for s in rows)
+        # The budget holds at least one piece, so a prompt always advances.
         self.prefill_left = max(self.prefill_budget, self.runner.prefill_chunk) if decoding else None
         self.prefill([s for s in rows if s.thinker_todo is not None], "thinker")
         self.think([s for s in rows if s.wants_token()])

@@ -66,7 +66,7 @@ def top_p_of_top_k(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     """Top-k, then top-p over the k survivors only: what `warp` computes, in compiled predictor frames.
     HF sorts the whole vocabulary for top-p, though after top-k all but k ids are -inf (they sort first
     and add exact zeros to the cumulative sum): a [B, V] sort is 2.4 ms per step at 16 rows of a
-    2048-id vocabulary on 2 cores, most of a compiled frame; top-k's own topk is 0.4 ms.
+    2048-id vocabulary on one thread of this EPYC, most of a compiled frame; top-k's own topk is 0.4 ms.
     The same cut, except (1) the softmax over the k survivors sums k values, not V with zeros among
     them, so a probability may differ in its last bit (compiled frames promise the eager codes, not
     their floats: a cut that flips needs a cumulative sum within an ulp of 1 - top_p) and (2) an exact
