@@ -7,9 +7,9 @@ import dataclasses
 import gc
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-
 import weakref
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -76,6 +76,28 @@ def staggered(pipe, requests, after_frames: int = 3):
     return results
 
 
+@contextmanager
+def emit_calls(engine):
+    """Record every `Engine.emit` call: (step, [(text, frames made before it)], [audio chunks after it]) per row."""
+    calls, real = [], engine.emit
+
+    def logged(seqs, cb0, predicted):
+        before = [(s.req.text, len(s.codes)) for s in seqs]
+        real(seqs, cb0, predicted)
+        calls.append((engine.steps_taken, before, [len(s.audio) for s in seqs]))
+
+    engine.emit = logged
+    try:
+        yield calls
+    finally:
+        del engine.emit
+
+
+def first_frames(calls) -> list[list[str]]:
+    """Per recorded emit call, the texts of the requests that made their first frame in it (sorted)."""
+    return [sorted(text for text, made in rows if made == 0) for _, rows, _ in calls]
+
+
 @pytest.mark.parametrize("count", [1, 3, 8])
 def test_concurrent_requests_equal_their_solo_runs(count):
     pipe = our_pipeline("tiny")
@@ -140,19 +162,8 @@ def test_a_newcomers_first_frame_and_audio_come_before_the_speaking_rows_step():
     speaker = SpeechRequest("Speaking already.", predictor="kv", max_frames=12)
     newcomer = SpeechRequest("Just arrived.", max_frames=6, seed=4)
     solo = [pipe.generate(speaker), pipe.generate(newcomer)]
-    calls = []  # (step, [(text, frames so far)] per emit call, and the audio chunks each row had after it)
-    real = engine.emit
-
-    def logged(seqs, cb0, predicted):
-        before = [(s.req.text, len(s.codes)) for s in seqs]
-        real(seqs, cb0, predicted)
-        calls.append((engine.steps_taken, before, [len(s.audio) for s in seqs]))
-
-    engine.emit = logged
-    try:
+    with emit_calls(engine) as calls:
         together = staggered(pipe, [speaker, newcomer], after_frames=3)
-    finally:
-        del engine.emit
     first = next(i for i, (_, rows, _) in enumerate(calls) if (newcomer.text, 0) in rows)
     step, rows, audio = calls[first]
     assert rows == [(newcomer.text, 0)] and audio == [1], calls  # alone, and its first audio is out
@@ -168,28 +179,16 @@ def test_a_burst_of_newcomers_beside_a_speaking_row_starts_in_one_step():
     engine = pipe.engine
     speaker = SpeechRequest("Speaking already.", predictor="kv", max_frames=16)
     burst = [SpeechRequest(f"Newcomer number {i} arrives with the others.", max_frames=3, seed=i) for i in range(5)]
-    calls = []  # (step, requests making their first frame, texts in the call)
-    real = engine.emit
-
-    def logged(seqs, cb0, predicted):
-        calls.append((engine.steps_taken, sorted(s.req.text for s in seqs if not s.codes),
-                      [s.req.text for s in seqs]))
-        real(seqs, cb0, predicted)
-
-    engine.emit = logged
-    try:
-        frames = 0
+    with emit_calls(engine) as calls:
+        frames, streams = 0, None
         for event in pipe.stream(speaker):
             frames += isinstance(event, Frame)
-            if frames == 3:
+            if frames == 3 and streams is None:
                 streams = pipe.stream_together(burst)
-                frames += 1
         results = [collect(s) for s in streams]
-    finally:
-        del engine.emit
-    firsts = [(step, new) for step, new, _ in calls if new and speaker.text not in new]
+    firsts = [(call[0], new) for call, new in zip(calls, first_frames(calls)) if new and speaker.text not in new]
     assert firsts[0][1] == sorted(r.text for r in burst), calls
-    assert any(step == firsts[0][0] and texts == [speaker.text] for step, _, texts in calls), calls
+    assert any(step == firsts[0][0] and [t for t, _ in rows] == [speaker.text] for step, rows, _ in calls), calls
     assert [r.stats.frames for r in results] == [3] * 5
 
 
@@ -199,25 +198,18 @@ def test_requests_sent_a_little_apart_to_an_idle_engine_start_in_one_step():
     pipe = our_pipeline("tiny")
     engine = pipe.engine
     requests = [SpeechRequest(f"Burst number {i}.", max_frames=3, seed=i) for i in range(3)]
-    firsts = []  # per emit call: the requests making their first frame in it
-    real = engine.emit
-
-    def logged(seqs, cb0, predicted):
-        firsts.append(sorted(s.req.text for s in seqs if not s.codes))
-        real(seqs, cb0, predicted)
 
     def run(i):
         time.sleep(0.05 * i)
         return collect(pipe.stream(requests[i]))
 
-    before, engine.gather_s, engine.emit = engine.gather_s, (0.3, 3.0), logged
+    before, engine.gather_s = engine.gather_s, (0.3, 3.0)
     try:
-        with ThreadPoolExecutor(len(requests)) as pool:
+        with emit_calls(engine) as calls, ThreadPoolExecutor(len(requests)) as pool:
             results = list(pool.map(run, range(len(requests))))
     finally:
         engine.gather_s = before
-        del engine.emit
-    assert firsts[0] == sorted(r.text for r in requests), firsts
+    assert first_frames(calls)[0] == sorted(r.text for r in requests), calls
     assert [r.stats.frames for r in results] == [3, 3, 3]
 
 

@@ -189,7 +189,9 @@ class Engine:
                     waiting = not self.scheduler.active
                     idle_wait = 0 if self._rest else IDLE_EXIT_S
                     taken = self._drain(idle_wait if waiting else PAUSED_POLL_S if self.scheduler.idle else 0)
-                    if taken is None or (waiting and self.scheduler.active and not self._gather()):
+                    if taken is None:
+                        break
+                    if waiting and self.scheduler.active and not self._gather():  # closed while gathering
                         break
                     if self.scheduler.active:
                         self._step_or_count()
