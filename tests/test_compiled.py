@@ -108,30 +108,27 @@ def test_pipeline_info_says_compiled():
     assert our_pipeline("tiny").info["compiled"] is False
 
 
-def test_each_compiled_predictor_keeps_its_own_frozen_weights():
-    """Weights are frozen into the frame: a second predictor of the same shapes must get its own
-    package, not replay the first one's weights."""
-    from omni_core.models.code_predictor import predict_kv
+def test_a_second_predictor_of_the_same_shapes_looks_for_packages_of_its_own():
+    """Weights are frozen into a frame, so a second predictor of the same shapes must not load the first
+    one's packages: the frames it would use have other names (a digest of its weights), and none of them
+    is a package the first one built or loaded. (That a package computes with the weights it was built
+    from, and another of the same shapes with its own: test_packages.py, on a module that builds in
+    seconds; a predictor frame takes minutes here.)"""
     from omni_core.fast.compiled import CompiledPredictors
-    from tests.test_code_predictor import inputs
 
-    pipe = compiled_pipeline("tiny")  # its predictor's bucket-1 frames are loaded (warm-up)
-    first = pipe.talker.code_predictor
-    second = copy.deepcopy(first)
+    pipe = compiled_pipeline("tiny")  # built or loaded every frame of buckets 1 and 4 (re-prefill: 1)
+    first = pipe.predictors.compiled
+    second = copy.deepcopy(first.cp)
     for head in second.lm_head:
         head.weight.data = head.weight.data.flip(0)  # other codes, same shapes
-    with torch.no_grad():  # as the engine calls it; one row: the quickest frame to build (bucket 1)
-        h, e0 = inputs(pipe, batch=1)
-        noise, greedy = torch.ones(15, 1, 2048), torch.ones(1, dtype=torch.bool)
-        compiled = [pipe.predictors.compiled, CompiledPredictors(second)]
-        before = [(c.built, c.loaded) for c in compiled]
-        got = [c.run("kv", h, e0, noise, greedy)[0] for c in compiled]
-        assert (compiled[0].built, compiled[0].loaded) == before[0]  # the first reuses its frame
-        assert compiled[1].built + compiled[1].loaded == 1  # the second has its own (a rerun finds it on disk)
-        want = [predict_kv(cp, h, e0)[0] for cp in (first, second)]
-    assert not torch.equal(want[0], want[1])
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, rtol=0, atol=0)
+    weight = first.cp.lm_head[0].weight
+    frames = [(name, size) for name, size, *_ in first.frames]
+    assert sorted(frames) == [("kv", 1), ("kv", 4), ("reprefill", 1)]
+    ours = {first.path(name, size, weight.dtype, weight.device) for name, size in frames}
+    theirs = {CompiledPredictors(second).path(name, size, weight.dtype, weight.device) for name, size in frames}
+    assert all(path.exists() for path in ours) and not ours & theirs
+    same = copy.deepcopy(first.cp)  # equal weights: the same packages (a second start finds them)
+    assert {CompiledPredictors(same).path(name, size, weight.dtype, weight.device) for name, size in frames} == ours
 
 
 SECOND_START = """

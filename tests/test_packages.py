@@ -94,17 +94,42 @@ def test_packages_unused_for_a_month_are_pruned(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kv-4-float32-cpu-new.pt2", "notes.txt"]
 
 
-def test_loading_marks_a_package_used(tmp_path):
-    """A real package (a 2-op module, built in seconds): loading it refreshes its time, so prune keeps it."""
-    path = tmp_path / "double.pt2"
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Two real packages (a 3-op module, built in seconds) of the same shapes, the second with other
+    weights: [(module, path)], under their own names in a folder of their own."""
+    folder = tmp_path_factory.mktemp("packages")
+    first = small().eval()
+    second = copy.deepcopy(first)
+    with torch.no_grad():
+        second[2].weight.neg_()
+    pairs = [(module, folder / name(module)) for module in (first, second)]
+    for module, path in pairs:
+        packages.build(module, (torch.ones(3, 8),), path)
+    return pairs
 
-    class Double(torch.nn.Module):
-        def forward(self, x):
-            return x * 2 + 1
 
-    packages.build(Double(), (torch.ones(4),), path)
+def test_a_package_computes_with_the_weights_it_was_built_from(built):
+    """Weights are frozen into a package (constants in its C++), so two modules of the same shapes with
+    other weights get packages of their own, and each computes what its own module computes."""
+    (first, first_path), (second, second_path) = built
+    assert first_path != second_path
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        got = [packages.load(path)(x) for path in (first_path, second_path)]
+        want = [first(x), second(x)]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    assert not torch.allclose(got[0], got[1], atol=1e-2)
+
+
+def test_loading_marks_a_package_used(built):
+    """Loading a package refreshes its time, so prune keeps it."""
+    (module, path), (_, other) = built
     month_ago = time.time() - 31 * 86400
-    os.utime(path, (month_ago, month_ago))
-    frame = packages.load(path)
-    assert torch.equal(frame(torch.ones(4)), torch.full((4,), 3.0))
-    assert packages.prune(tmp_path) == [] and path.exists()
+    for p in (path, other):
+        os.utime(p, (month_ago, month_ago))
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(packages.load(path)(x), module(x))
+    assert packages.prune(path.parent) == [other] and path.exists() and not other.exists()

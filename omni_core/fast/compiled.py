@@ -138,10 +138,15 @@ class CompiledPredictors:
                     self.frames[what] = self._load(*what, report or (lambda message: None))
         return self.frames[what]
 
-    def _load(self, name, size, dtype, device, report):
+    def path(self, name: str, size: int, dtype: torch.dtype, device: torch.device):
+        """Where the package of this predictor's `name` frame for `size` rows lives (its name holds a digest
+        of the predictor's weights and plans: another predictor of the same shapes has packages of its own)."""
         if self._digest is None:
             self._digest = packages.module_digest(self.cp)
-        path = packages.folder() / packages.key(dict(fn=name, rows=size, dtype=dtype, device=device.type), self._digest)
+        return packages.folder() / packages.key(dict(fn=name, rows=size, dtype=dtype, device=device.type), self._digest)
+
+    def _load(self, name, size, dtype, device, report):
+        path = self.path(name, size, dtype, device)
         started = time.perf_counter()
         if path.exists():
             try:
