@@ -56,8 +56,13 @@ def test_surgery_bad_values(client, args, message):
 
 
 def test_a_long_take_sends_little_heatmap_payload(client):
-    """1500 frames through `synthesize`: every heatmap update under 100 KB, all of them under 2 MB."""
-    job = synthesize(client, "A long take to measure the payload.", max_frames=1500)
+    """600 frames (48 s) through `synthesize`: every heatmap update under 100 KB, all of them under 2 MB.
+    Past LIVE_COLUMNS, so the live image is strided; a hover heatmap would be ~650 bytes a frame (390 KB)."""
+    from app.figures import LIVE_COLUMNS
+
+    frames = 600
+    assert frames > LIVE_COLUMNS
+    job = synthesize(client, "A long take to measure the payload.", max_frames=frames)
     sizes = [len(json.dumps(plot)) for _, plot, *_ in job if isinstance(plot, dict)]
     print(f"\nheatmap updates: {len(sizes)}, largest {max(sizes) / 1e3:.1f} KB, total {sum(sizes) / 1e6:.2f} MB")
     assert max(sizes) < 100_000 and sum(sizes) < 2_000_000

@@ -28,31 +28,39 @@ TEXT, FRAMES = "Hello hub", 6
 # huggingface_hub resumes from the last whole chunk it wrote (10 MiB); the tiny shards are
 # smaller, so here the chunks are 1 MiB.
 LOAD = """
-import json, shutil, sys
+import json, shutil, sys, time
 from huggingface_hub import constants
 from omni_core import CheckpointError, SpeechRequest, load_pipeline
 constants.DOWNLOAD_CHUNK_SIZE = 2**20
 if sys.argv[1] != "-":  # pretend the disk has this many bytes free
     shutil.disk_usage = lambda p: shutil._ntuple_diskusage(10**12, 10**12 - int(sys.argv[1]), int(sys.argv[1]))
-out = {}
+out, seconds = {}, {}
 for source in sys.argv[2:]:
     repo, _, revision = source.partition("@")
+    started = time.perf_counter()
     try:
         with load_pipeline(repo, device="cpu", dtype="float32", revision=revision or None) as pipe:
             out[source] = pipe.generate(SpeechRequest(%r, max_frames=%d)).codes.tolist()
     except CheckpointError as e:
         out[source] = str(e)
+    seconds[source] = time.perf_counter() - started
+print(json.dumps(seconds))
 print(json.dumps(out))
 """ % (TEXT, FRAMES)
 
 
-def load(home: Path, *sources: str, endpoint: str, offline: bool = False, disk_free: int | None = None) -> dict:
+def load(home: Path, *sources: str, endpoint: str, offline: bool = False, disk_free: int | None = None,
+         seconds: dict | None = None) -> dict:
+    """{source: codes or error message}; `seconds`, if given, is filled with each source's load and request time."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_OFFLINE"))}
     env.update(HF_HOME=str(home), HF_ENDPOINT=endpoint, HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_OFFLINE=str(int(offline)))
     args = [sys.executable, "-c", LOAD, "-" if disk_free is None else str(disk_free), *sources]
     done = subprocess.run(args, cwd=APP_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    lines = done.stdout.strip().splitlines()
+    if seconds is not None:
+        seconds.update(json.loads(lines[-2]))
+    return json.loads(lines[-1])
 
 
 @pytest.fixture(scope="module")
@@ -128,9 +136,19 @@ def test_failures_name_what_to_do(tmp_path, repo):
 
 
 def test_no_network(tmp_path):
-    closed = f"http://127.0.0.1:{_free_port()}"
-    message = load(tmp_path, "org/tiny", endpoint=closed)["org/tiny"]
+    """The message comes at once: huggingface_hub alone retried for ~24 s first (hub.reachable)."""
+    closed, seconds = f"http://127.0.0.1:{_free_port()}", {}
+    message = load(tmp_path, "org/tiny", endpoint=closed, seconds=seconds)["org/tiny"]
     assert "cannot reach the Hub" in message and "not in the cache" in message
+    assert seconds["org/tiny"] < 10, seconds
+
+
+def test_no_network_a_cached_model_is_served_from_the_cache(tmp_path, repo, tiny_codes):
+    """Without HF_HUB_OFFLINE, the Hub out of reach: the probe fails and the cache alone serves."""
+    write_cache(tmp_path, repo)
+    closed = f"http://127.0.0.1:{_free_port()}"
+    assert load(tmp_path, "org/tiny", endpoint=closed)["org/tiny"] == tiny_codes
+
 
 
 def test_disk_full_while_writing():

@@ -13,6 +13,10 @@ Resuming: a dropped connection resumes within the file (an HTTP Range request,
 huggingface_hub's retries); files that finished stay in the cache, so a stopped
 download continues from the first unfinished file.
 
+Unreachable Hub: before asking, one TCP connection to the endpoint's host is tried (`reachable`,
+skipped behind a proxy). If it fails, the files come from the cache alone: huggingface_hub would
+retry five times over ~24 s (measured) before saying a model it does not have cached is out of reach.
+
 Every failure is one `CheckpointError` line that says what to do.
 """
 
@@ -23,6 +27,9 @@ import json
 import logging
 import re
 import shutil
+import socket
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from omni_core.synthetic import tiny
@@ -41,6 +48,7 @@ SKIPPED_PREFIXES = ("thinker.audio_tower.", "thinker.visual.")  # never loaded (
 # Qwen3-TTS: the weights (one file or shards) and the codec in speech_tokenizer/, which the official
 # package also fetches on its own (`allow_patterns=["speech_tokenizer/*"]`).
 TTS_FILES = ["*.safetensors", "speech_tokenizer/*"]
+REACH_S = 5.0  # seconds the endpoint's host has to accept a connection (`reachable`)
 
 
 def is_hub_id(source: str) -> bool:
@@ -69,10 +77,30 @@ def resolve_source(source: str | Path, revision: str | None = None) -> Path:
         raise CheckpointError(explain(e, name, revision)) from None
 
 
-def download(repo_id: str, revision: str | None = None) -> Path:
-    """Fetch the speech path's files of `repo_id` into the hub cache; return the snapshot folder."""
-    from huggingface_hub import hf_hub_download, snapshot_download
+def reachable(endpoint: str, timeout: float = REACH_S) -> bool:
+    """Whether the endpoint's host accepts a TCP connection within `timeout` s: a closed port, an unknown
+    host or no route fail at once. Behind a proxy (HTTP(S)_PROXY) the host is not asked: True."""
+    url = urllib.parse.urlsplit(endpoint)
+    if urllib.request.getproxies().get(url.scheme) or not url.hostname:
+        return True
+    try:
+        with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout):
+            return True
+    except OSError:
+        return False
 
+
+def download(repo_id: str, revision: str | None = None) -> Path:
+    """Fetch the speech path's files of `repo_id` into the hub cache; return the snapshot folder.
+    With the Hub out of reach (`reachable`), the cache's files, without waiting for retries."""
+    from functools import partial
+
+    from huggingface_hub import constants, hf_hub_download, snapshot_download
+
+    if not constants.is_offline_mode() and not reachable(constants.ENDPOINT):
+        log.warning("cannot reach %s: using the cache only", constants.ENDPOINT)
+        hf_hub_download = partial(hf_hub_download, local_files_only=True)
+        snapshot_download = partial(snapshot_download, local_files_only=True)
     config = json.loads(Path(hf_hub_download(repo_id, "config.json", revision=revision)).read_text())
     if config.get("model_type") == "qwen3_tts":  # small: every weight file, and the codec's folder
         return Path(snapshot_download(repo_id, revision=revision, allow_patterns=SPEECH_FILES + TTS_FILES))
