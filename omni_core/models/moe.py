@@ -79,18 +79,21 @@ class Experts(nn.Module):
         """`forward`'s floats, with the ids never read by the host: sorted and used on the device, in fixed
         shapes (B x k expert calls of one row). For decoding on a GPU, where each host read of `forward`
         (two per expert present: ~1.3k per talker step at 16 rows, top-6 of 128) waits for the queue to
-        drain, and inside compiled graphs (one graph, no break). On a CPU `forward` is quicker: this takes
-        0.9-1.3x its time at 1-4 rows, 1.4-1.6x at 8 and 2.7-3.2x at 16 (tiny talker, 1 and 2 threads:
-        B x k calls instead of one per expert present)."""
+        drain and no CUDA graph can hold the step, and inside compiled graphs (one graph, no break).
+        The price: each row's experts are copied out of the stack (index_select; one expert at a time, so
+        the copies never pile up), about 3x the weight traffic of reading them in place, and an expert
+        two rows share is read twice. On a CPU `forward` is quicker: this takes 1.1-1.6x its time at 1-8
+        rows and 4x at 16 (tiny talker, one thread; BENCHMARKS.md (o))."""
         order = ids.argsort(dim=-1)  # a row's ids are distinct (top-k), so ascending order is unique
         ids, weights = ids.gather(-1, order), weights.gather(-1, order)
-        gate_up, down = self.gate_up_proj[ids], self.down_proj[ids]  # [B, k, 2I, C], [B, k, C, I]: gathered
         out = []
         for b in range(x.shape[0]):
             row = None
             for s in range(ids.shape[1]):
-                gate, up = linear(x[b:b + 1], gate_up[b, s], plan=self.plans[0]).chunk(2, dim=-1)
-                y = linear(F.silu(gate) * up, down[b, s], plan=self.plans[1]) * weights[b:b + 1, s, None]
+                e = ids[b, s:s + 1]  # [1] on the device: index_select reads it there (an int would be a host read)
+                gate_up, down = self.gate_up_proj.index_select(0, e)[0], self.down_proj.index_select(0, e)[0]
+                gate, up = linear(x[b:b + 1], gate_up, plan=self.plans[0]).chunk(2, dim=-1)
+                y = linear(F.silu(gate) * up, down, plan=self.plans[1]) * weights[b:b + 1, s, None]
                 row = y if row is None else row + y
             out.append(row)
         return torch.cat(out).to(x.dtype)
