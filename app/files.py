@@ -6,6 +6,7 @@ removed when a new one is made, so disk use stays bounded on a long-running serv
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import tempfile
@@ -40,6 +41,16 @@ class OutputDir:
 def to_int16(audio: np.ndarray) -> np.ndarray:
     """float audio, clipped to [-1, 1] → int16, what the players take."""
     return (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+def wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
+    """A 16-bit PCM WAV in memory: what the streaming player is handed for a chunk. Gradio passes bytes
+    through to its encoder; a (rate, samples) tuple it would first write to a file named by the samples'
+    hash, and two listeners streaming the same take at once (the page's default text, greedy) then wrote
+    and read that one file together: ffmpeg got half a file and that listener's stream failed."""
+    buffer = io.BytesIO()
+    sf.write(buffer, to_int16(audio), sample_rate, format="WAV", subtype="PCM_16")
+    return buffer.getvalue()
 
 
 def write_wav(folder: Path, audio: np.ndarray, sample_rate: int, name: str = "speech.wav") -> Path:

@@ -18,7 +18,7 @@ import gradio as gr
 import numpy as np
 
 from app import figures, panels
-from app.files import OutputDir, to_int16, write_codes, write_wav
+from app.files import OutputDir, to_int16, wav_bytes, write_codes, write_wav
 from app.take import Take
 from omni_core import AudioChunk, Done, Frame, SpeechRequest, TextDelta, load_codes
 
@@ -217,12 +217,13 @@ class Lab:
         return fields
 
     def _chunk(self, pending: list[np.ndarray]):
-        """The audio collected since the last update, as one chunk for the streaming player."""
+        """The audio collected since the last update, as one chunk for the streaming player: WAV bytes
+        (files.wav_bytes says why not a (rate, samples) tuple)."""
         if not self.streaming or not pending:
             return gr.skip()
         audio = np.concatenate(pending)
         pending.clear()
-        return self._playable(audio)
+        return wav_bytes(audio, self.info["sample_rate"])
 
     def _playable(self, audio: np.ndarray):
         """(sample_rate, int16 samples): what the players take."""

@@ -118,6 +118,27 @@ def test_16_users_at_once_each_get_exactly_their_solo_codes(client, app_server):
     assert max(r["stats"]["batch_max"] for r in together) >= 8, "the engine never batched the users together"
 
 
+def test_listeners_streaming_the_same_take_at_once_each_get_all_of_it(app_server):
+    """Four sessions stream the same greedy take at once (the page's default text on a shared Space): each
+    stream finishes with every chunk. Chunks handed to Gradio as (rate, samples) went through one file
+    per chunk content, which identical chunks wrote and read at the same moment: ffmpeg got half a file
+    ("Invalid data found") and that listener's stream failed (files.wav_bytes)."""
+
+    def listen(_):
+        job = synthesize(Client(app_server, verbose=False), "The same take for everyone.", predictor="kv",
+                         max_frames=48)
+        outputs = list(job)
+        assert job.status().code == Status.FINISHED and job.status().success, job.status()
+        chunks = sum(isinstance(audio, str) and audio != "" for audio, *_ in outputs[:-1])
+        return chunks, np.load(next(p for p in outputs[-1][3] if p.endswith(".npy")), allow_pickle=False)
+
+    with ThreadPoolExecutor(4) as pool:
+        heard = list(pool.map(listen, range(4)))
+    for chunks, codes in heard:
+        assert chunks >= 3 and codes.shape == (48, 16)
+        np.testing.assert_array_equal(codes, heard[0][1])
+
+
 @pytest.mark.parametrize("path", ["/etc/passwd", str(Path(__file__).resolve().parent.parent / "app.py")])
 def test_the_server_does_not_serve_arbitrary_files(app_server, path):
     with pytest.raises(urllib.error.HTTPError) as refused:

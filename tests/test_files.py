@@ -3,6 +3,7 @@ the engine's float samples; codes as .npy and .json; int16 for the players."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -10,7 +11,7 @@ import time
 import numpy as np
 import soundfile as sf
 
-from app.files import OutputDir, to_int16, write_codes, write_wav
+from app.files import OutputDir, to_int16, wav_bytes, write_codes, write_wav
 
 
 def test_each_request_gets_a_fresh_folder_and_old_ones_are_pruned(tmp_path):
@@ -43,3 +44,11 @@ def test_codes_files_hold_the_same_codes(tmp_path):
 def test_int16_clips_to_the_players_range():
     assert to_int16(np.array([0.0, 0.5, 1.0, -1.0, 3.0, -3.0])).tolist() == [0, 16383, 32767, -32767, 32767, -32767]
     assert to_int16(np.zeros(2)).dtype == np.int16
+
+
+def test_a_streamed_chunk_is_a_16_bit_wav_in_memory():
+    audio = np.sin(np.linspace(0, 60, 1920)).astype(np.float32) * 1.2  # some of it past full scale: clipped
+    data = wav_bytes(audio, 24000)
+    samples, rate = sf.read(io.BytesIO(data), dtype="int16")
+    assert data[:4] == b"RIFF" and rate == 24000
+    np.testing.assert_array_equal(samples, to_int16(audio))
