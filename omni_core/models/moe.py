@@ -12,8 +12,8 @@ from omni_core.models.config import DecoderConfig
 from omni_core.models.invariant import SAFE, Linear, linear
 from omni_core.models.layers import MLP
 
-# Devices whose decoding reads the routed ids on the host (`Experts.forward`); elsewhere, and in compiled
-# graphs, decoding takes `Experts.rows`, which never does. A host read costs a CPU nothing (it has no queue).
+# Devices whose decoding reads the routed ids on the host (`Experts.forward`); elsewhere several rows, and
+# compiled graphs, decode with `Experts.rows`, which never does. A host read costs a CPU nothing (it has no queue).
 HOST_READS_ON = ("cpu",)
 
 
@@ -115,8 +115,10 @@ class SparseMoe(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         flat = x.reshape(-1, C)
-        # Decoding (a token per row) on a GPU or in a compiled graph: no host reads (`Experts.rows`).
-        on_device = T == 1 and (x.device.type not in HOST_READS_ON or torch.compiler.is_compiling())
+        # Decoding (a token per row) in a compiled graph, or several rows on a GPU: no host reads
+        # (`Experts.rows`). A lone row on a GPU keeps `forward`'s one read of its k ids per layer and reads
+        # its experts in place: a third of `rows`' weight traffic (a GPU run has not weighed the two yet).
+        on_device = T == 1 and (torch.compiler.is_compiling() or (x.device.type not in HOST_READS_ON and B > 1))
         out = (self.experts.rows if on_device else self.experts)(flat, *self.gate(flat))
         if self.shared_expert is not None:
             out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
