@@ -24,13 +24,23 @@ class HostReads(TorchDispatchMode):
     def __init__(self, monkeypatch):
         super().__init__()
         self.seen: list[str] = []
+        self.active = False
         tolist = torch.Tensor.tolist
 
         def recorded(t):
-            self.seen.append("tolist")
+            if self.active:
+                self.seen.append("tolist")
             return tolist(t)
 
         monkeypatch.setattr(torch.Tensor, "tolist", recorded)
+
+    def __enter__(self):
+        self.active = True
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        self.active = False
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.overloadpacket.__name__ in HOST_READ_OPS:
