@@ -52,6 +52,11 @@ class Experts(nn.Module):
         """One expert's weights: every expert has the same shapes."""
         return [self.gate_up_proj[0], self.down_proj[0]]
 
+    def _expert(self, x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+        """One expert's SwiGLU MLP on rows x [n, C]: gate_up [2I, C], down [C, I] → [n, C]."""
+        gate, up = linear(x, gate_up, plan=self.plans[0]).chunk(2, dim=-1)
+        return linear(F.silu(gate) * up, down, plan=self.plans[1])
+
     def forward(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """x: [N, C]; weights, ids: [N, k]. Each expert once, over the rows routed to it (batch-invariant
         matmuls: a row gets the floats it gets alone); a row's experts land in ascending order, as HF sums them.
@@ -61,8 +66,7 @@ class Experts(nn.Module):
         out = torch.zeros_like(x)
         for e in torch.unique(ids).tolist():
             token, slot = torch.where(ids == e)
-            gate, up = linear(x[token], self.gate_up_proj[e], plan=self.plans[0]).chunk(2, dim=-1)
-            y = linear(F.silu(gate) * up, self.down_proj[e], plan=self.plans[1]) * weights[token, slot, None]
+            y = self._expert(x[token], self.gate_up_proj[e], self.down_proj[e]) * weights[token, slot, None]
             out.index_add_(0, token, y.to(out.dtype))
         return out
 
@@ -70,8 +74,7 @@ class Experts(nn.Module):
         """One token, k experts, summed in ascending expert order (the same floats as `forward`: 0 + y = y)."""
         out = None
         for e, slot in sorted(zip(ids[0].tolist(), range(ids.shape[1]))):
-            gate, up = linear(x, self.gate_up_proj[e], plan=self.plans[0]).chunk(2, dim=-1)
-            y = linear(F.silu(gate) * up, self.down_proj[e], plan=self.plans[1]) * weights[:, slot, None]
+            y = self._expert(x, self.gate_up_proj[e], self.down_proj[e]) * weights[:, slot, None]
             out = y if out is None else out + y
         return out.to(x.dtype)
 
@@ -92,8 +95,7 @@ class Experts(nn.Module):
             for s in range(ids.shape[1]):
                 e = ids[b, s:s + 1]  # [1] on the device: index_select reads it there (an int would be a host read)
                 gate_up, down = self.gate_up_proj.index_select(0, e)[0], self.down_proj.index_select(0, e)[0]
-                gate, up = linear(x[b:b + 1], gate_up, plan=self.plans[0]).chunk(2, dim=-1)
-                y = linear(F.silu(gate) * up, down, plan=self.plans[1]) * weights[b:b + 1, s, None]
+                y = self._expert(x[b:b + 1], gate_up, down) * weights[b:b + 1, s, None]
                 row = y if row is None else row + y
             out.append(row)
         return torch.cat(out).to(x.dtype)
