@@ -3,8 +3,19 @@
 # Extra arguments go to pytest, e.g. scripts/test.sh -k browser
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The two environments are independent, and each install keeps about one core busy for two minutes:
+# they are built side by side. .venv-ref: the official qwen-tts package, the Qwen3-TTS tests' oracle.
+ref_log=$(mktemp)
+scripts/setup_ref.sh >"$ref_log" 2>&1 &
+ref=$!
 scripts/setup.sh --dev
-scripts/setup_ref.sh  # .venv-ref: the official qwen-tts package, the Qwen3-TTS tests' oracle
+if ! wait "$ref"; then
+  cat "$ref_log" >&2
+  echo "test.sh: scripts/setup_ref.sh failed (its output is above)" >&2
+  exit 1
+fi
+cat "$ref_log"
+rm -f "$ref_log"
 # Caches that a second run reuses (git-ignored): the synthetic checkpoints (the real-width one is
 # 3.6 GB) and inductor's compiled kernels.
 export OMNI_CORE_CACHE="${OMNI_CORE_CACHE:-$PWD/.cache/omni_core}"
