@@ -183,6 +183,22 @@ def test_onednn_gives_f_linears_values_and_where_it_holds_equal_rows(shape):
         assert torch.equal(linear(strided, weight, bias, ONEDNN, packed), alone[9::10])
 
 
+@pytest.mark.parametrize("plan", [Plan(2, 3), Plan(4, 32), SAFE, ROW, ONEDNN])
+def test_a_row_is_the_same_however_the_batch_lies_in_memory(plan):
+    """A stream's [1, T, C] view of a [1, C, T] tensor (a codec's transpose) against the same rows
+    contiguous, and among other streams' rows (a reshape of [3, T, C] copies): the same bits. MKL
+    rounded the transposed rows otherwise (found in the Qwen3-TTS codec's input projection, whose
+    streams then decoded otherwise together than alone)."""
+    weight, bias, g = weights(1024, 512, torch.float32, bias=True)
+    packed = onednn.pack(weight) if plan.kernel == "onednn" else None
+    for T in (1, 2, 3, 8):
+        view = torch.randn(1, 1024, T, generator=g).transpose(1, 2)  # [1, T, C], not contiguous
+        want = linear(view.contiguous(), weight, bias, plan, packed)
+        assert torch.equal(linear(view, weight, bias, plan, packed), want), T
+        batch = torch.cat([torch.randn(1, T, 1024, generator=g), view, torch.randn(1, T, 1024, generator=g)])
+        assert torch.equal(linear(batch, weight, bias, plan, packed)[1:2], want), T
+
+
 def test_padding_keeps_shapes_and_the_values_of_f_linear():
     weight, bias = torch.randn(10, 64), torch.randn(10)
     plan = Plan(2, 15)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from omni_core import RequestError
-from omni_core.codec.streaming import StreamingDecoder
+from omni_core.codec.streaming import StreamingDecoder, push_together
 from tests.tts_oracle import oracle, our_tts, tone
 
 CODES = np.random.default_rng(1).integers(0, 2048, (40, 16))  # crosses the 6-frame attention window
@@ -70,6 +70,29 @@ def test_streaming_decode_equals_whole_decode(chunks):
     whole_error = (whole.double() - whole64).abs().max().item()
     streamed_error = (streamed.double() - whole64).abs().max().item()
     assert 0 < whole_error < 1e-4 and streamed_error <= 3 * whole_error, (streamed_error, whole_error)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_streams_pushed_together_give_each_its_audio_alone(threads):
+    """Three streams' chunks of 1, 2, 4 and 8 frames in one codec call each: every stream's audio is
+    bit for bit its own decode's. Before, the 1x1 projection after the codebooks ran the batch through
+    one convolution and the transformer's input projection read a transposed view: at the real 0.6B
+    widths streams then decoded otherwise together (measured), so the engine still decodes them one by
+    one (`TTSCodec.batches_exactly`: together was no faster there)."""
+    codec, before = our_tts("custom_voice").code2wav, torch.get_num_threads()
+    codes = [torch.from_numpy(np.roll(CODES, 7 * i, axis=0)[:15].T)[None] for i in range(3)]  # [1, 16, 15]
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            together, alone = [StreamingDecoder(codec) for _ in codes], [StreamingDecoder(codec) for _ in codes]
+            start = 0
+            for n in (1, 2, 4, 8):
+                chunks = [c[..., start:start + n] for c in codes]
+                for got, stream, chunk in zip(push_together(together, chunks), alone, chunks):
+                    assert torch.equal(got, stream.push(chunk)), (threads, n)
+                start += n
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_fewer_codebooks_and_dropped_cells():

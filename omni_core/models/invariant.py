@@ -95,9 +95,12 @@ def exact():
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            plan: Plan = SAFE, packed: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear with every row computed by the same kernel however many rows share the call
-    (`packed`: the weight in oneDNN's layout, for a plan of that kernel)."""
+    (`packed`: the weight in oneDNN's layout, for a plan of that kernel), and however the rows lie in memory:
+    MKL rounds a transposed batch otherwise than the same rows contiguous (measured: a 1-row stream's
+    [1, T, C] view of a [1, C, T] tensor against the copy that 3 streams' [3, T, C] reshape makes)."""
     if _exact:
         return F.linear(x, weight, bias)
+    x = x.contiguous()
     if plan.kernel == "onednn":
         return onednn.linear(x, packed, bias, weight.shape[0], plan.chunk)
     if plan.kernel == "serial":
