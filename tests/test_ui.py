@@ -16,3 +16,23 @@ def test_launch_settings_keep_gradio_env_vars_and_serve_only_static_and_outputs(
     assert default["max_file_size"] and default["css_paths"]
     given = launch_kwargs(parse_args(["--port", "9000", "--host", "0.0.0.0", "--model", "/ckpt"]), outputs)
     assert (given["server_port"], given["server_name"]) == (9000, "0.0.0.0")
+
+
+def test_the_engine_leaves_a_core_to_a_browser_on_this_machine(monkeypatch):
+    """Served to this machine only, the page's browser shares its cores: the engine takes one fewer (on 2
+    cores a browser drawing the live heatmap halved an engine on both). Served to others (a Space, a
+    given host, a share link), it takes them all. --threads decides when given."""
+    from app.cli import parse_args
+
+    monkeypatch.delenv("GRADIO_SERVER_NAME", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    assert parse_args([]).threads == 3
+    assert parse_args(["--host", "localhost"]).threads == 3
+    assert parse_args(["--host", "0.0.0.0"]).threads == 4
+    assert parse_args(["--share"]).threads == 4
+    assert parse_args(["--threads", "2"]).threads == 2
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")  # how a Space serves it
+    assert parse_args([]).threads == 4
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    monkeypatch.delenv("GRADIO_SERVER_NAME")
+    assert parse_args([]).threads == 1
