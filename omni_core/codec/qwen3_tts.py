@@ -128,7 +128,7 @@ class TTSCodec(nn.Module):
     # Several streams in one call give each its own audio bit for bit (tests/test_tts_codec.py), but the engine
     # decodes them one by one: at the real 0.6B widths on the 2-core EPYC (float32, 8 streams, medians of 3) one
     # call took 2.29 s against 2.67 s for 1-frame chunks, and 7.29 s against 5.49 s for 8-frame chunks.
-    batches_exactly = False
+    decode_together = False
 
     def __init__(self, cfg: SplitCodecConfig):
         super().__init__()
