@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 ref_log=$(mktemp)
 scripts/setup_ref.sh >"$ref_log" 2>&1 &
 ref=$!
+trap 'pkill -P "$ref" 2>/dev/null; kill "$ref" 2>/dev/null; rm -f "$ref_log"' EXIT  # setup.sh failed: stop the other install
 scripts/setup.sh --dev
 if ! wait "$ref"; then
   cat "$ref_log" >&2
@@ -16,6 +17,7 @@ if ! wait "$ref"; then
 fi
 cat "$ref_log"
 rm -f "$ref_log"
+trap - EXIT
 # Caches that a second run reuses (git-ignored): the synthetic checkpoints (the real-width one is
 # 3.6 GB) and inductor's compiled kernels.
 export OMNI_CORE_CACHE="${OMNI_CORE_CACHE:-$PWD/.cache/omni_core}"
