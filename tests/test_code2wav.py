@@ -106,3 +106,24 @@ def test_bad_inputs_are_refused():
         ours(random_codes()[:, :15])
     with pytest.raises(ValueError, match="num_codebooks"):
         ours(random_codes(), num_codebooks=0)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape, transposed", [((1, 3, 40_000), False), ((2, 48, 15_360), False),
+                                               ((3, 96, 700), True), ((1, 4, 5), False)])
+def test_snake_is_hf_bit_for_bit(shape, transposed, dtype):
+    """SnakeBeta computes in one buffer, in place: HF's floats exactly, for any layout of its input."""
+    from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeSnakeBeta
+
+    from omni_core.codec.code2wav import SnakeBeta
+
+    g = torch.Generator().manual_seed(sum(shape))
+    B, C, T = shape
+    x = (3 * torch.randn(B, T, C, generator=g)).transpose(1, 2) if transposed else 3 * torch.randn(shape, generator=g)
+    ours, hf = SnakeBeta(C), Qwen3OmniMoeSnakeBeta(C)
+    for p in (ours.alpha, ours.beta):
+        p.copy_(torch.randn(C, generator=g))
+    hf.load_state_dict(ours.state_dict())
+    ours, hf, x = ours.to(dtype), hf.to(dtype), x.to(dtype)
+    torch.testing.assert_close(ours(x), hf(x), atol=0, rtol=0)
