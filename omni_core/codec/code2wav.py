@@ -25,6 +25,7 @@ from torch import nn
 
 from omni_core.models.config import CodecConfig, DecoderConfig
 from omni_core.models.layers import MLP, Attention, RMSNorm, Rope
+from omni_core.codec import packed
 from omni_core.codec.state import CodecState
 
 
@@ -54,7 +55,7 @@ class CausalConvNet(nn.Module):
             x = F.pad(x, (self.context, 0))
         else:  # the previous chunk's last inputs (zeros at the start) replace the padding
             x = state.prepend(self, x, self.context, zeros_first=True)
-        return row_by_row(self.conv, x)
+        return row_by_row(lambda row: packed.conv(self.conv, row), x)  # a large weight packed once (packed.py)
 
     def _pointwise(self, x: torch.Tensor) -> torch.Tensor:
         """The kernel-1 conv as [C_out, C_in] @ [B, C_in, T]: the same sums, and 3-7x faster than
@@ -91,7 +92,7 @@ class CausalTransConvNet(nn.Module):
         new = x.shape[-1]
         if state is not None:
             x = state.prepend(self, x, self.overlap, zeros_first=False)
-        y = row_by_row(self.conv, x)
+        y = row_by_row(lambda row: packed.conv(self.conv, row), x)
         if self.trim_left:
             return y[..., self.trim:y.shape[-1] - self.trim]
         past = x.shape[-1] - new  # carried inputs: their own outputs came out with the last chunk

@@ -1,0 +1,84 @@
+"""The codec's largest convolutions on a CPU, with their weights packed for oneDNN, per input length.
+
+F.conv1d and F.conv_transpose1d hand oneDNN a plain weight, which it reorders into its blocked layout on
+every call, and for a short input it may take a slow algorithm too. A stream decodes a few frames a call,
+so for the decoder's first convolutions (tens of MB of weights over a few dozen time steps) that is most
+of the call. Measured on this project's EPYC at 2 threads (BENCHMARKS.md q): the 1536→768 ×8 transposed
+conv over 5 steps (a one-frame chunk) 143 ms plain, 6 ms packed for that length; over 33 steps (8 frames)
+72 and 13 ms; the 1024→1536 k=7 conv over 38 steps 39 and 8 ms.
+
+A weight of PACK_BYTES or more is packed (`torch.ops.mkldnn._reorder_convolution_weight`, what inductor's
+frozen graphs use) for the input length it meets, the first time it meets it (~0.1 s for 75 MB), and the
+last KEEP lengths' copies are kept: a stream's chunks of 1, 2, 4, 8 frames are four lengths (a copy packed
+for another length can be 100x slower). The packed kernel sums in another order than F.conv1d does: the
+audio is within float32 rounding of HF's, not bit for bit. Each stream's row is still its own call
+(`code2wav.row_by_row`), through the copy for its length, so a row decoded beside others gets its solo bits.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+
+import torch
+from torch import nn
+
+PACK_BYTES = 32 * 2**20  # weights this large are packed: the real codecs' first conv and transposed conv (44 and
+# 75 MB; 119 MB a length, 476 MB for KEEP lengths); the smaller ones gained nothing measurable; none of the tiny ones
+KEEP = 4  # packed copies kept per weight, the most recently used lengths
+_packed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # conv → {(weight key, length): packed}: not on the
+# module, so a deepcopy or pickle of the codec never meets an opaque oneDNN tensor
+_lock = threading.Lock()  # the engine's thread and a page's redecode may decode at once
+
+
+def conv(module: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tensor:
+    """module(x) for x [B, C, T], through the packed weight where it applies."""
+    packed = _weight(module, x)
+    if packed is None:
+        return module(x)
+    padding, output_padding, stride, dilation = _dims(module)
+    x2 = x[:, :, None]  # [B, C, 1, T]: oneDNN's packed convolutions are 2-d
+    if isinstance(module, nn.ConvTranspose1d):
+        y = torch.ops.mkldnn._convolution_transpose_pointwise(x2, packed, module.bias, padding, output_padding, stride,
+                                                              dilation, module.groups, "none", [], "")
+    else:
+        y = torch.ops.mkldnn._convolution_pointwise(x2, packed, module.bias, padding, stride, dilation, module.groups,
+                                                    "none", [], "")
+    # oneDNN hands back channels-last [B, T, C] memory: made [B, C, T] contiguous, as the plain conv's, so the
+    # layers after it (MKL's matmuls round a transposed row otherwise) see one layout alone and in a batch
+    return y[:, :, 0].contiguous()
+
+
+def _weight(module: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tensor | None:
+    """The module's packed weight (packed now if it is new or changed), or None where the plain call applies."""
+    w = module.weight
+    if not (w.numel() * w.element_size() >= PACK_BYTES and w.dtype == x.dtype == torch.float32
+            and w.device.type == x.device.type == "cpu" and module.padding_mode == "zeros"
+            and not (torch.is_grad_enabled() and w.requires_grad) and torch.backends.mkldnn.is_available()):
+        return None
+    weight_key = (w.data_ptr(), w._version, tuple(w.shape))
+    with _lock:
+        held = _packed.setdefault(module, OrderedDict())
+        if held and next(iter(held))[0] != weight_key:  # the weight changed: its old copies go
+            held.clear()
+        if (weight_key, x.shape[1:]) in held:
+            held.move_to_end((weight_key, x.shape[1:]))
+            return held[weight_key, x.shape[1:]]
+    padding, output_padding, stride, dilation = _dims(module)
+    w2, hint = w.detach()[:, :, None], [1, x.shape[1], 1, x.shape[2]]  # [out or in, in or out, 1, k]
+    if isinstance(module, nn.ConvTranspose1d):
+        packed = torch.ops.mkldnn._reorder_convolution_transpose_weight(w2, padding, output_padding, stride, dilation,
+                                                                        module.groups, hint)
+    else:
+        packed = torch.ops.mkldnn._reorder_convolution_weight(w2, padding, stride, dilation, module.groups, hint)
+    with _lock:
+        held[weight_key, x.shape[1:]] = packed
+        while len(held) > KEEP:
+            held.popitem(last=False)
+    return packed
+
+
+def _dims(module: nn.Conv1d | nn.ConvTranspose1d) -> tuple[list[int], ...]:
+    """The 1-d module's padding, output padding, stride and dilation as 2-d ones over a height of 1."""
+    return ([0, module.padding[0]], [0, module.output_padding[0]], [1, module.stride[0]], [1, module.dilation[0]])
