@@ -261,11 +261,6 @@ def count_samples(module: nn.Module, num_frames: int) -> int:
 
 
 class Code2Wav(nn.Module):
-    # Several streams decode in one call bit for bit as each alone (`row_by_row`; tiny and real widths), and the
-    # engine decodes equal chunks together: one call of 8 one-frame chunks 2.3x faster at tiny widths, 1.6x at real
-    # widths (BENCHMARKS.md f).
-    decode_together = True
-
     def __init__(self, cfg: CodecConfig):
         super().__init__()
         self.cfg = cfg
@@ -278,6 +273,12 @@ class Code2Wav(nn.Module):
     @property
     def dtype(self) -> torch.dtype:
         return self.code_embedding.weight.dtype
+
+    def decodes_together(self, frames: int) -> bool:
+        """Whether the engine decodes several streams' chunks of `frames` frames in one call: always. Each row gets
+        its own decode's bits (`row_by_row`; tiny and real widths), and one call of 8 one-frame chunks was 2.3x
+        faster than one by one at tiny widths, 1.6x at real widths (BENCHMARKS.md f)."""
+        return True
 
     def forward(self, codes: torch.Tensor, num_codebooks: int | None = None,
                 state: CodecState | None = None, keep: torch.Tensor | None = None) -> torch.Tensor:

@@ -125,10 +125,15 @@ class TTSCodec(nn.Module):
     """The codec as the engine uses it: Code2Wav's interface (forward, num_samples, cfg, dtype),
     plus `encode` when the checkpoint has the encoder (`attach_encoder`)."""
 
-    # Several streams in one call give each its own audio bit for bit (tests/test_tts_codec.py), but the engine
-    # decodes them one by one: at the real 0.6B widths on the 2-core EPYC (float32, 8 streams, medians of 3) one
-    # call took 2.29 s against 2.67 s for 1-frame chunks, and 7.29 s against 5.49 s for 8-frame chunks.
-    decode_together = False
+    # Several streams in one call give each its own audio bit for bit (tests/test_tts_codec.py); the engine decodes
+    # chunks of up to TOGETHER_FRAMES frames in one call, longer ones stream by stream. At the real 0.6B widths on
+    # the 2-core EPYC (float32, 8 streams, 2 threads, medians of 3; BENCHMARKS.md q): one call against one by one,
+    # 1-frame chunks 0.62 / 0.90 s, 2 frames 1.02 / 1.09, 4 frames 1.85 / 1.85, 8 frames 3.95 / 3.30.
+    TOGETHER_FRAMES = 2
+
+    def decodes_together(self, frames: int) -> bool:
+        """Whether the engine decodes several streams' chunks of `frames` frames in one call."""
+        return frames <= self.TOGETHER_FRAMES
 
     def __init__(self, cfg: SplitCodecConfig):
         super().__init__()

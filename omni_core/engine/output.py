@@ -58,12 +58,12 @@ def audio_due(seq: Sequence) -> bool:
 
 def codec_groups(seqs: list[Sequence]) -> list[list[Sequence]]:
     """Rows whose chunks can be decoded in one codec call: the same stream position and chunk length, and a
-    codec whose streams the engine decodes together (`decode_together`; else each row alone).
+    codec that decodes such chunks together (`decodes_together`; else each row alone).
     Groups with a request's first audio come first (a newcomer hears itself before the others' pushes)."""
     groups: dict[tuple, list[Sequence]] = {}
     for seq in seqs:
         d = seq.decoder
-        alone = None if d.codec.decode_together else id(seq)  # a codec whose streams decode one by one
+        alone = None if d.codec.decodes_together(len(seq.pending)) else id(seq)  # else one by one
         groups.setdefault((id(d.codec), d.num_codebooks, d.num_frames, len(seq.pending), alone), []).append(seq)
     return sorted(groups.values(), key=lambda g: len(g[0].audio) > 0)
 
