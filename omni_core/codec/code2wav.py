@@ -55,7 +55,7 @@ class CausalConvNet(nn.Module):
             x = F.pad(x, (self.context, 0))
         else:  # the previous chunk's last inputs (zeros at the start) replace the padding
             x = state.prepend(self, x, self.context, zeros_first=True)
-        return row_by_row(lambda row: packed.conv(self.conv, row), x)  # a large weight packed once (packed.py)
+        return row_by_row(lambda row: packed.conv(self.conv, row), x)  # a large weight runs packed (packed.py)
 
     def _pointwise(self, x: torch.Tensor) -> torch.Tensor:
         """The kernel-1 conv as [C_out, C_in] @ [B, C_in, T]: the same sums, and 3-7x faster than
