@@ -42,20 +42,18 @@ def test_a_packed_conv_is_the_conv_within_rounding(pack_all, index, T):
     torch.testing.assert_close(got, module(x), atol=1e-5, rtol=1e-5)
 
 
-@torch.no_grad()
-def test_small_weights_gradients_and_bfloat16_take_the_plain_conv():
+def test_small_weights_gradients_and_bfloat16_take_the_plain_conv(monkeypatch):
     module = spread(nn.Conv1d(8, 8, 7), 0)
     x = torch.randn(1, 8, 40)
-    assert torch.equal(packed.conv(module, x), module(x)) and module not in packed._packed  # below PACK_BYTES
-    with torch.enable_grad():
-        packed.PACK_BYTES, old = 0, packed.PACK_BYTES
-        try:
-            assert torch.equal(packed.conv(module, x), module(x)) and module not in packed._packed  # autograd
-            half = spread(nn.Conv1d(8, 8, 7), 1).to(torch.bfloat16)
-            with torch.no_grad():
-                assert torch.equal(packed.conv(half, x.bfloat16()), half(x.bfloat16())) and half not in packed._packed
-        finally:
-            packed.PACK_BYTES = old
+    with torch.no_grad():
+        assert torch.equal(packed.conv(module, x), module(x)) and module not in packed._packed  # below PACK_BYTES
+    monkeypatch.setattr(packed, "PACK_BYTES", 0)
+    assert torch.equal(packed.conv(module, x), module(x)) and module not in packed._packed  # autograd wants it plain
+    half = spread(nn.Conv1d(8, 8, 7), 1).to(torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(packed.conv(half, x.bfloat16()), half(x.bfloat16())) and half not in packed._packed
+        packed.conv(module, x)
+    assert module in packed._packed  # the same float32 module, without autograd: packed
 
 
 @torch.no_grad()
