@@ -33,7 +33,8 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
                   threads: int | None = None, time_budget_s: float | None = None,
                   compile: bool = False, revision: str | None = None, force: bool = False,
                   max_batch: int = 16, max_waiting: int | None = None, max_unread: int = MAX_UNREAD,
-                  stall_s: float = STALL_S, batch_invariant: bool = True) -> "Pipeline":
+                  stall_s: float = STALL_S, batch_invariant: bool = True,
+                  codec_threads: int | None = None) -> "Pipeline":
     """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape; 'tiny-tts' a Qwen3-TTS
     CustomVoice one), a checkpoint directory (Qwen3-Omni, or Qwen3-TTS: model_type qwen3_tts), or a hub
     id ('Qwen/Qwen3-Omni-30B-A3B-Instruct', 'Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice', fetched into the
@@ -59,9 +60,14 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     batch_invariant: True (the default): a request's codes do not depend on what runs beside it (each
     matmul's batch-invariant plan, models/invariant.py); False: plain matmuls, a little faster for
     batches of float32 rows (BENCHMARKS.md (h)), and a request beside others may get other codes.
+    codec_threads: decode the audio in a process of its own with this many kernel threads, while the
+    engine runs its next step (engine/codec_process.py; CPU only, the same audio bits as in the engine's
+    thread at that many threads); None: the engine's thread decodes it within its step.
     Close the pipeline (`close()`, or `with load_pipeline(...) as pipe:`) to end its engine thread."""
     options = dict(time_budget_s=time_budget_s, max_waiting=max_waiting, max_unread=max_unread, stall_s=stall_s)
     Scheduler(max_batch, **options)  # a bad option fails now, not after loading
+    if codec_threads is not None and int(codec_threads) < 1:
+        raise ValueError(f"codec_threads must be a positive number of CPU threads (got {codec_threads!r})")
     threads = max(1, int(threads)) if threads is not None else torch.get_num_threads()
     # Compiled graphs take the plain weights (inductor packs its own): no oneDNN plans' packed copies.
     loaded = in_passing_thread(threads, load_model, source, device=device, dtype=dtype, revision=revision,
@@ -69,7 +75,10 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     log.info(loaded.report)
     if not batch_invariant:
         use_plan(loaded.modules.values(), PLAIN)
-    pipe = Pipeline(loaded, max_batch=max_batch, compile=compile, threads=threads, **options)
+    if codec_threads is not None and loaded.device.type != "cpu":
+        raise ValueError(f"codec_threads runs the codec on CPU threads; this model is on {loaded.device}")
+    pipe = Pipeline(loaded, max_batch=max_batch, compile=compile, threads=threads, codec_threads=codec_threads,
+                    **options)
     pipe.batch_invariant = bool(batch_invariant)
     return pipe
 

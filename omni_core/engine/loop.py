@@ -43,6 +43,7 @@ from concurrent.futures import Future, wait
 import torch
 
 from omni_core.engine import output
+from omni_core.engine.codec_process import CodecProcess
 from omni_core.engine.output import EngineError
 from omni_core.engine.runner import Runner
 from omni_core.engine.scheduler import Scheduler
@@ -68,12 +69,18 @@ GATHER_S, GATHER_MAX_S = 0.002, 0.02
 
 
 class Engine:
-    def __init__(self, model: SpeechModel, max_batch: int = 16, threads: int | None = None, **options):
+    def __init__(self, model: SpeechModel, max_batch: int = 16, threads: int | None = None,
+                 codec_threads: int | None = None, **options):
         """threads: the kernel threads of the engine's thread (None: as many as the creating thread has).
+        codec_threads: decode the audio in a process of its own with this many kernel threads, beside the
+        engine's next step (engine/codec_process.py; CPU only); None: in the engine's thread, in its step.
         options: Scheduler's (time_budget_s, max_waiting, max_unread, stall_s)."""
         self.scheduler = Scheduler(max_batch, **options)
-        self.runner = Runner(model)
         self.threads = threads or torch.get_num_threads()
+        self.codec_threads = codec_threads
+        self._codec_mark = 0  # the first push tag of the current step
+        self.runner = Runner(model)
+        self._codec_process()
         self._rest = False  # end the thread as soon as it is idle (`rest`)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()  # lists of new Sequences, (fn, args, Future) calls
         self.steps_taken = 0
@@ -93,7 +100,20 @@ class Engine:
 
     @model.setter
     def model(self, model: SpeechModel) -> None:
-        self.runner = Runner(model)
+        old, self.runner = self.runner, Runner(model)
+        if old is not None and old.codec_process is not None:
+            old.codec_process.close()
+        self._codec_process()
+
+    def _codec_process(self) -> CodecProcess | None:
+        """The engine's codec process (when it has one), started again if it has ended: the streams it held
+        failed with it, later requests get a new one."""
+        process = self.runner.codec_process
+        if self.codec_threads and (process is None or not process.alive):
+            if process is not None:
+                process.close()
+            process = self.runner.codec_process = CodecProcess(self.model.code2wav, self.codec_threads)
+        return process
 
     @property
     def max_batch(self) -> int:
@@ -166,6 +186,8 @@ class Engine:
             self.inbox.put(CLOSE)
             thread.join(timeout)
         if thread is None or not thread.is_alive():
+            if self.runner is not None and self.runner.codec_process is not None:
+                self.runner.codec_process.close()
             self.runner = None  # the weights' last reference from the engine
 
     def _raise_if_down(self) -> None:
@@ -283,6 +305,9 @@ class Engine:
     def step(self) -> None:
         for seq in self.scheduler.running:
             seq.step_spent = dict.fromkeys(seq.step_spent, 0.0)
+        codec = self._codec_process()
+        # A step's audio may still decode while the next step runs, no longer: pushes from steps before it wait
+        self._codec_mark = codec.next_tag if codec is not None else 0
         self.schedule()
         rows = self.scheduler.rows()
         decoding = any(s.decoding for s in rows)
@@ -312,6 +337,9 @@ class Engine:
         requests up to max_batch. Each request's checks run under its own guard."""
         now = time.perf_counter()
         for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
+            if seq.codec_error is not None:  # a chunk of its audio failed in the codec process
+                self._fail(seq, seq.codec_error)
+                continue
             reason = self._guard(seq, "talker", [], self.scheduler.stop_reason, seq, now)
             if reason is not None:
                 self._finish(seq, reason)
@@ -394,8 +422,10 @@ class Engine:
                         talker_ms, predictor_ms, len(seqs), self.model)
             seq.hidden = None
         due = [s for s in seqs if not s.finished and output.audio_due(s)]
+        if due and self.runner.codec_process is not None:  # the codec keeps at most one step behind
+            self.runner.codec_process.wait_for(self._codec_mark)
         for group in output.codec_groups(due):
-            self._batched("codec", group, lambda rows: output.decode_together(rows, self.model))
+            self._batched("codec", group, lambda rows: output.decode(rows, self.model))
         for seq in seqs:
             if not seq.finished and len(seq.codes) >= seq.max_frames():
                 self._finish(seq, "max_frames")

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from omni_core.codec.streaming import push_together
+from omni_core.engine.codec_process import RemoteStream
 from omni_core.engine.sequence import STAGES, Sequence
 from omni_core.engine.speech_model import SpeechModel
 from omni_core.events import AudioChunk, Done, Frame, Result
@@ -53,7 +54,7 @@ def add_frame(seq: Sequence, cb0, p0, top0, top0_probs, predicted, other, talker
 
 def audio_due(seq: Sequence) -> bool:
     """Whether the frames waiting for the codec make the request's next chunk (1, 2, 4, 8, 8, ... frames)."""
-    return seq.decoder is not None and len(seq.pending) >= min(2 ** len(seq.audio), MAX_CHUNK_FRAMES)
+    return seq.decoder is not None and len(seq.pending) >= min(2 ** seq.chunks_sent, MAX_CHUNK_FRAMES)
 
 
 def codec_groups(seqs: list[Sequence]) -> list[list[Sequence]]:
@@ -65,7 +66,14 @@ def codec_groups(seqs: list[Sequence]) -> list[list[Sequence]]:
         d = seq.decoder
         alone = None if d.codec.decodes_together(len(seq.pending)) else id(seq)  # else one by one
         groups.setdefault((id(d.codec), d.num_codebooks, d.num_frames, len(seq.pending), alone), []).append(seq)
-    return sorted(groups.values(), key=lambda g: len(g[0].audio) > 0)
+    return sorted(groups.values(), key=lambda g: g[0].chunks_sent > 0)
+
+
+def decode(seqs: list[Sequence], model: SpeechModel) -> list[None]:
+    """A `codec_groups` group's chunks: decoded here, or sent to the codec process that holds their streams."""
+    if isinstance(seqs[0].decoder, RemoteStream):
+        return send_together(seqs, model)
+    return decode_together(seqs, model)
 
 
 def decode_together(seqs: list[Sequence], model: SpeechModel) -> list[None]:
@@ -74,7 +82,33 @@ def decode_together(seqs: list[Sequence], model: SpeechModel) -> list[None]:
     chunks = [torch.from_numpy(np.stack(s.pending).T)[None].to(model.device) for s in seqs]  # [1, 16, n] each
     wavs = push_together([s.decoder for s in seqs], chunks)
     for seq, wav in zip(seqs, wavs):
-        _emit_audio(seq, wav[0, 0].float().cpu().numpy(), model)
+        first, _ = _take_pending(seq)
+        _emit_audio(seq, wav[0, 0].float().cpu().numpy(), first, model)
+    return [None] * len(seqs)
+
+
+def send_together(seqs: list[Sequence], model: SpeechModel, last: bool = False) -> list[None]:
+    """`decode_together` in the codec process: the group's pending frames go out now and each row's audio
+    comes back in the process's receiving thread, while the engine goes on. last: the rows are finished
+    (Done follows their last chunk; Failed, if a chunk of theirs failed). The process's seconds for the
+    call are charged to each row when it is back."""
+    codec = seqs[0].decoder.process
+    taken = [_take_pending(s) for s in seqs]
+    G = model.config.num_code_groups
+    chunks = [np.stack(codes, axis=1) if codes else np.zeros((G, 0), np.int64) for _, codes in taken]  # [G, n]
+
+    def back(results: list | None, seconds: float) -> None:
+        for seq, (first, _), (wav, error) in zip(seqs, taken, results or [(None, str(codec.error))] * len(seqs)):
+            seq.spent["codec"] += seconds
+            if error is not None and seq.codec_error is None:  # the engine fails a running row at its next step
+                seq.codec_error = codec.error if results is None else RuntimeError(
+                    f"the codec failed on this request's audio: {error}")
+            if seq.codec_error is None and wav.size:
+                _emit_audio(seq, wav, first, model)
+            if last:
+                seq.emit(Done(result(seq, model)) if seq.codec_error is None else Failed(seq.codec_error))
+
+    codec.push([(s.decoder, c, last) for s, c in zip(seqs, chunks)], back)
     return [None] * len(seqs)
 
 
@@ -87,10 +121,15 @@ def decode_pending(seq: Sequence, model: SpeechModel) -> None:
     seq.spent["codec"] += time.perf_counter() - t
 
 
-def _emit_audio(seq: Sequence, wav: np.ndarray, model: SpeechModel) -> None:
-    """The decoded chunk of the pending frames: the request's next AudioChunk."""
-    first = len(seq.codes) - len(seq.pending)
-    seq.pending = []
+def _take_pending(seq: Sequence) -> tuple[int, list]:
+    """The frames waiting for the codec, taken as the request's next chunk: (the first one's index, codes)."""
+    pending, seq.pending = seq.pending, []
+    seq.chunks_sent += 1
+    return len(seq.codes) - len(pending), pending
+
+
+def _emit_audio(seq: Sequence, wav: np.ndarray, first: int, model: SpeechModel) -> None:
+    """A chunk's audio (its first frame's index): the request's next AudioChunk."""
     seq.audio.append(wav)
     if seq.stats.first_audio_s is None:
         now = time.perf_counter()
@@ -101,8 +140,12 @@ def _emit_audio(seq: Sequence, wav: np.ndarray, model: SpeechModel) -> None:
 
 def finish(seq: Sequence, reason: str, model: SpeechModel) -> None:
     """Decode what is left, let go of the caches, then send Done (a caller who has read Done
-    finds the request released)."""
+    finds the request released). A stream in the codec process sends Done after its last chunk."""
     seq.stats.stopped = reason
+    if isinstance(seq.decoder, RemoteStream):
+        send_together([seq], model, last=True)
+        seq.release()
+        return
     decode_pending(seq, model)
     done = Done(result(seq, model))
     seq.release()

@@ -51,6 +51,7 @@ class Runner:
     def __init__(self, model: SpeechModel):
         self.model = model
         self.prefill_chunk = PREFILL_CHUNK
+        self.codec_process = None  # CodecProcess: the codec streams decode there (engine/codec_process.py)
 
     # ---- one request ----------------------------------------------------------------------------
 
@@ -66,7 +67,7 @@ class Runner:
             return self.admit_tts(seq)
         seq.prompt_ids = m.chat_prompt(req.text)
         seq.builder = TalkerPromptBuilder(m.config, m.thinker, m.talker)
-        seq.decoder = StreamingDecoder(m.code2wav)
+        seq.decoder = self.new_stream()
         if req.mode == "speak":
             # The reply is the text. For text-only input the talker reads only the thinker's
             # (projected) token embeddings, never its hidden states (as HF): no thinker forward.
@@ -99,17 +100,26 @@ class Runner:
         m, req = self.model, seq.req
         voice = voices.resolve(m.config, req.speaker or m.default_speaker, req.language)
         xvector = reference = None
-        seq.decoder = StreamingDecoder(m.code2wav)
         if req.reference_audio is not None:
             wav = torch.from_numpy(req.reference_audio[1]).to(m.device)
             xvector = m.speaker_encoder.embed(wav)
             if req.reference_text is not None:
                 codes = m.code2wav.encode(wav)  # [T, 16]
                 reference = (req.reference_text, codes)
-                seq.decoder.push(codes.T[None])
+        seq.decoder = self.new_stream(None if reference is None else reference[1].T)
         prompt = m.prompts.build(req.text, voice, req.text_input == "whole", req.instruct, xvector, reference)
         seq.prompt_ids, seq.reply, seq.talker_prompt = prompt.ids, prompt.text, prompt.embeds
         seq.emit(TextDelta(req.text, seq.reply.spoken))
+
+    def new_stream(self, prefix: torch.Tensor | None = None):
+        """A request's codec stream, in the codec process when the engine has one (a RemoteStream).
+        prefix [Q, n]: codes decoded first whose audio is not wanted (a clone's reference codes)."""
+        if self.codec_process is not None:
+            return self.codec_process.open(None, None if prefix is None else prefix.cpu().numpy())
+        stream = StreamingDecoder(self.model.code2wav)
+        if prefix is not None:
+            stream.push(prefix[None])
+        return stream
 
     def take_token(self, seq: Sequence, logits: torch.Tensor) -> None:
         """logits [1, V] → the reply's next token (HF: the thinker never feeds back its last)."""

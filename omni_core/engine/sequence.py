@@ -63,11 +63,13 @@ class Sequence:
         self.history = torch.empty(1, 0, dtype=torch.long, device=device)  # CB0s so far
         self.last_cb0: torch.Tensor | None = None  # [1]
         self.last_embeds: torch.Tensor | None = None  # [1, 15, C]: the last frame's CB1..15 embeddings
-        self.decoder = None  # StreamingDecoder: this request's incremental Code2Wav
+        self.decoder = None  # StreamingDecoder (or RemoteStream): this request's incremental Code2Wav
         # output
         self.codes, self.probs, self.top_codes, self.top_probs = [], [], [], []  # per frame
         self.batches: list[int] = []  # requests in the step that made each frame
         self.audio, self.pending = [], []  # audio chunks; frames not yet decoded
+        self.chunks_sent = 0  # chunks handed to the codec (their audio may still be coming: codec_process.py)
+        self.codec_error: Exception | None = None  # a chunk failed in the codec process: the engine fails the row
         self.mismatches = 0
 
     def wants_token(self) -> bool:

@@ -1,0 +1,209 @@
+"""`CodecProcess`: the codec streams decoded in a process of their own, beside the engine's next step.
+
+On a CPU the codec is a third of a batched step (BENCHMARKS.md p: 8 tiny rows compiled, predictor 18 ms,
+codec 19, talker 10). A thread cannot run it beside the step: both need the GIL between the tiny model's
+short ops, and a compiled frame holds it for the whole call (p: 8% saved eager, nothing compiled). A
+process has an interpreter of its own. The engine sends each step's due chunks (a few hundred bytes of
+codes) and goes on with the next step while the process decodes them on its own kernel threads; a thread
+of the engine's process (`_receive`) hands each chunk's audio back as it comes. vLLM-Omni runs its stages
+as processes for the same reason.
+
+A stream's state lives in the process; the engine holds a `RemoteStream` (its key and position). The
+process decodes with the same modules and `push_together`, so a stream's audio is bit for bit what the
+engine's thread would give it with the same number of kernel threads (tests/test_codec_process.py).
+The codec's weights reach the process through shared memory (torch.multiprocessing), not as a copy.
+
+Messages, in order on one pipe each way: engine → process `("open", key, num_codebooks, prefix codes)`,
+`("push", tag, [(key, codes [Q, n], last)])`, `None` (end); process → engine `("audio", tag, [(wav [s] | None, error | None)], seconds)`. A failed push fails its streams alone (each is
+tried alone after a failed group); the process dying fails every chunk still out, and a new process
+serves later requests (the engine's `codec_streams`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+
+from omni_core.codec.streaming import StreamingDecoder, push_together
+
+START_TIMEOUT_S = 120.0  # spawning the process and importing torch there: seconds on a loaded machine
+
+
+class CodecProcessError(RuntimeError):
+    """The codec process ended (killed, out of memory) or could not start: the streams it held are lost."""
+
+
+@dataclass
+class RemoteStream:
+    """The engine's handle on one stream decoded in a `CodecProcess` (what `codec_groups` reads of a
+    StreamingDecoder: the codec, the codebooks and the position)."""
+    process: "CodecProcess"
+    key: int
+    codec: torch.nn.Module
+    num_codebooks: int | None
+    num_frames: int = 0
+
+
+class CodecProcess:
+    def __init__(self, codec: torch.nn.Module, threads: int):
+        if next(codec.parameters()).device.type != "cpu":
+            raise ValueError("the codec runs in a process of its own only on a CPU")
+        self.codec, self.threads = codec, threads
+        self.error: CodecProcessError | None = None
+        self._next_key = 0
+        self._callbacks: dict[int, object] = {}  # tag → fn(results, seconds) for each push still out
+        self._next_tag = 0
+        self._lock = threading.Condition()  # guards the above, error and the pipe's sending end
+        ctx = mp.get_context("spawn")  # fork would copy the engine's threads and OpenMP state
+        to_child, self._send_end = ctx.Pipe(duplex=False)
+        self._recv_end, from_child = ctx.Pipe(duplex=False)
+        self._process = ctx.Process(target=_serve, args=(codec, threads, to_child, from_child),
+                                    name="omni-codec", daemon=True)
+        self._process.start()
+        to_child.close(), from_child.close()  # the child's ends: EOF here once it exits
+        self._receiver = threading.Thread(target=self._receive, name="omni-codec-receiver", daemon=True)
+        self._receiver.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.error is None
+
+    @property
+    def outstanding(self) -> int:
+        """Pushes sent whose audio has not come back."""
+        with self._lock:
+            return len(self._callbacks)
+
+    def open(self, num_codebooks: int | None, prefix: np.ndarray | None = None) -> RemoteStream:
+        """A new stream; prefix [Q, n]: codes decoded first whose audio is not wanted (a clone's reference)."""
+        with self._lock:
+            key, self._next_key = self._next_key, self._next_key + 1
+            self._send(("open", key, num_codebooks, prefix))
+        return RemoteStream(self, key, self.codec, num_codebooks, 0 if prefix is None else prefix.shape[1])
+
+    def push(self, items: list[tuple[RemoteStream, np.ndarray, bool]], callback) -> None:
+        """Decode chunks [Q, n] of these streams in one codec call (equal n and position; `codec_groups`).
+        last: the stream ends after it. callback(results, seconds) runs in the receiving thread with
+        (wav [s] | None, error | None) per item, in order, and the process's seconds for the call."""
+        with self._lock:
+            tag, self._next_tag = self._next_tag, self._next_tag + 1
+            self._callbacks[tag] = callback
+            try:
+                self._send(("push", tag, [(s.key, codes, last) for s, codes, last in items]))
+            except BaseException:
+                del self._callbacks[tag]
+                raise
+        for stream, codes, _ in items:
+            stream.num_frames += codes.shape[1]
+
+    @property
+    def next_tag(self) -> int:
+        """The tag the next push gets (pushes are tagged in the order they are sent)."""
+        with self._lock:
+            return self._next_tag
+
+    def wait_for(self, tag: int) -> None:
+        """Wait until every push tagged before `tag` is back (or the process has ended)."""
+        with self._lock:
+            self._lock.wait_for(lambda: self.error is not None or not any(t < tag for t in self._callbacks))
+
+    def close(self, timeout: float = 10.0) -> None:
+        """End the process once it has decoded what was sent; chunks still out after `timeout` fail."""
+        with self._lock:
+            if self.error is None:
+                try:
+                    self._send_end.send(None)
+                except OSError:
+                    pass
+        self._process.join(timeout)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(timeout)
+        self._receiver.join(timeout)
+
+    def _send(self, message) -> None:
+        """Under the lock: one message to the process (raises CodecProcessError once it has ended)."""
+        if self.error is not None:
+            raise self.error
+        try:
+            self._send_end.send(message)
+        except OSError as exc:
+            raise self._ended(f"the codec process is gone ({exc})") from exc
+
+    def _receive(self) -> None:
+        """The receiving thread: each chunk's audio to its callback, until the process ends."""
+        try:
+            while True:
+                message = self._recv_end.recv()
+                _, tag, results, seconds = message
+                with self._lock:
+                    callback = self._callbacks.get(tag)
+                try:
+                    callback(results, seconds)
+                finally:
+                    with self._lock:
+                        del self._callbacks[tag]
+                        self._lock.notify_all()
+        except (EOFError, OSError):
+            pass
+        self._process.join(1.0)
+        self._ended(f"the codec process ended (exit code {self._process.exitcode})")
+        with self._lock:
+            lost, self._callbacks = list(self._callbacks.values()), {}
+            self._lock.notify_all()
+        for callback in lost:
+            callback(None, 0.0)  # None: every chunk of that push is lost (`error` says why)
+
+    def _ended(self, why: str) -> CodecProcessError:
+        with self._lock:
+            if self.error is None:
+                self.error = CodecProcessError(why)
+            return self.error
+
+
+def _serve(codec: torch.nn.Module, threads: int, inbox, outbox) -> None:
+    """The codec process: open streams, decode pushes in order, until the engine sends None or goes away."""
+    torch.set_num_threads(threads)
+    streams: dict[int, StreamingDecoder] = {}
+    with torch.no_grad():
+        while True:
+            try:
+                message = inbox.recv()
+            except EOFError:
+                return
+            if message is None:
+                return
+            if message[0] == "open":
+                _, key, num_codebooks, prefix = message
+                streams[key] = StreamingDecoder(codec, num_codebooks)
+                if prefix is not None:
+                    streams[key].push(torch.from_numpy(prefix)[None])
+                continue
+            _, tag, items = message
+            t = time.perf_counter()
+            results = _decode(streams, items)
+            outbox.send(("audio", tag, results, time.perf_counter() - t))
+            for key, _, last in items:
+                if last:
+                    streams.pop(key, None)
+
+
+def _decode(streams: dict[int, StreamingDecoder], items: list) -> list[tuple]:
+    """One codec call for the group; if it raises, each stream alone (a healthy one gets the bits the group
+    would have given it), so only a stream that fails alone fails. A failed stream is dropped."""
+    if any(key not in streams for key, _, _ in items):  # a stream whose earlier push failed
+        return [(None, "an earlier chunk of this stream failed") if key not in streams else _decode(streams, [item])[0]
+                for item in items for key in [item[0]]]
+    try:
+        wavs = push_together([streams[key] for key, _, _ in items], [torch.from_numpy(c)[None] for _, c, _ in items])
+        return [(w[0, 0].float().numpy(), None) for w in wavs]
+    except Exception as exc:
+        if len(items) == 1:
+            streams.pop(items[0][0], None)
+            return [(None, f"{type(exc).__name__}: {exc}")]
+    return [_decode(streams, [item])[0] for item in items]

@@ -1,0 +1,150 @@
+"""The codec in a process of its own (engine/codec_process.py): every request's audio is bit for bit what the
+engine's own thread decodes (one kernel thread each), chunks come back in order and before Done, a chunk
+that fails fails its request alone, and a codec process that dies fails the requests it held while later
+requests get a new one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from omni_core import AudioChunk, Done, Frame, SpeechRequest, load_pipeline
+from omni_core.engine.codec_process import CodecProcess, CodecProcessError
+
+from .conftest import our_pipeline
+from .test_engine import MIX, assert_same, collect, staggered
+from .test_tts_engine import CLONES
+from .tts_oracle import checkpoint
+
+
+@pytest.fixture(scope="module")
+def split():
+    """The tiny model with its codec in a process of one kernel thread (this test process runs one)."""
+    with load_pipeline("tiny", device="cpu", codec_threads=1) as pipe:
+        yield pipe
+
+
+def test_requests_get_the_audio_the_engines_thread_decodes(split):
+    solo = [our_pipeline("tiny").generate(r) for r in MIX[:5]]
+    for got, want in zip(staggered(split, MIX[:5]), solo):
+        assert_same(got, want)  # codes, and the audio bit for bit
+        assert got.stats.codec_s > 0  # the process's time, charged when the audio is back
+
+
+def test_a_clones_reference_codes_go_first_in_the_process():
+    """Qwen3-TTS Base: a clone's reference codes open its stream in the process (their audio is dropped)."""
+    with load_pipeline(checkpoint("base"), device="cpu") as here, \
+            load_pipeline(checkpoint("base"), device="cpu", codec_threads=1) as there:
+        solo = [here.generate(r) for r in CLONES]
+        for got, want in zip([collect(s) for s in there.stream_together(CLONES)], solo):
+            assert_same(got, want)
+
+
+def test_audio_chunks_follow_their_frames_and_come_before_done(split):
+    events = list(split.stream(SpeechRequest("In order, please.", max_frames=21)))
+    assert isinstance(events[-1], Done)
+    frames, firsts = 0, []
+    for event in events[:-1]:
+        if isinstance(event, Frame):
+            frames += 1
+        elif isinstance(event, AudioChunk):
+            assert event.first_frame < frames  # never ahead of the frames made
+            firsts.append(event.first_frame)
+    assert firsts == [0, 1, 3, 7, 15] and frames == 21  # chunks of 1, 2, 4, 8, and the 6 left at the end
+
+
+class SlowCodec(torch.nn.Module):
+    """The tiny codec, 60 ms slower a call: slower than the engine's step."""
+
+    def __init__(self, codec):
+        super().__init__()
+        self.inner, self.cfg, self.dtype = codec, codec.cfg, codec.dtype
+
+    def decodes_together(self, frames: int) -> bool:
+        return True
+
+    def num_samples(self, num_frames: int) -> int:
+        return self.inner.num_samples(num_frames)
+
+    def forward(self, *args, **kwargs):
+        time.sleep(0.06)
+        return self.inner(*args, **kwargs)
+
+
+def test_the_engine_waits_for_a_slow_codec_one_step_behind():
+    """A step sends its chunks only once the chunks of the steps before it are back: with a codec slower
+    than the step, the engine never has more than that step's chunk and a finished row's last one out."""
+    with load_pipeline("tiny", device="cpu", codec_threads=1) as pipe:
+        runner = pipe.engine.runner
+        runner.codec_process.close()
+        process = runner.codec_process = CodecProcess(SlowCodec(pipe.code2wav), threads=1)
+        out, real = [], process.push
+
+        def push(items, callback):
+            out.append(process.outstanding)
+            real(items, callback)
+
+        process.push = push
+        request = SpeechRequest("Pacing.", max_frames=40)  # chunks of 1, 2, 4, 8, 8, 8, 8, then 1 at the end
+        assert_same(pipe.generate(request), our_pipeline("tiny").generate(request))
+    assert len(out) == 8 and out[:-1] == [0] * 7 and out[-1] <= 1, out
+
+
+def test_a_chunk_that_fails_fails_its_stream_alone():
+    """A group whose call raises is decoded stream by stream: the healthy stream gets its audio (what it
+    gets alone), the bad one an error, and its later chunks an error too."""
+    codec = our_pipeline("tiny").code2wav
+    process = CodecProcess(codec, threads=1)
+    try:
+        good, bad, alone = (process.open(None) for _ in range(3))
+        codes = np.random.default_rng(0).integers(0, 100, (16, 2))
+        wrong = codes.copy()
+        wrong[3, 1] = 10 ** 6  # no such code
+        results = []
+        process.push([(good, codes, False), (bad, wrong, False)], lambda r, s: results.append(r))
+        process.push([(alone, codes, False)], lambda r, s: results.append(r))
+        process.push([(bad, codes, False)], lambda r, s: results.append(r))
+        process.wait_for(process.next_tag)
+        (good_wav, none), (nothing, error) = results[0]
+        assert none is None and nothing is None and "IndexError" in error
+        np.testing.assert_array_equal(good_wav, results[1][0][0])
+        assert results[2] == [(None, "an earlier chunk of this stream failed")]
+    finally:
+        process.close()
+    assert not process._process.is_alive()
+
+
+def test_a_codec_process_that_dies_fails_its_requests_and_a_new_one_serves_the_next(split):
+    stream = split.stream(SpeechRequest("Cut short.", max_frames=200))
+    for event in stream:
+        if isinstance(event, AudioChunk):
+            break
+    process = split.engine.runner.codec_process
+    os.kill(process._process.pid, signal.SIGKILL)
+    with pytest.raises(CodecProcessError, match="the codec process (ended|is gone)"):
+        for _ in stream:
+            pass
+    deadline = time.monotonic() + 30
+    while split.engine.has_thread and not stream.released and time.monotonic() < deadline:
+        time.sleep(0.05)
+    request = SpeechRequest("After the crash.", max_frames=9)
+    assert_same(split.generate(request), our_pipeline("tiny").generate(request))
+    assert split.engine.runner.codec_process is not process
+
+
+def test_closing_the_pipeline_ends_its_codec_process():
+    pipe = load_pipeline("tiny", device="cpu", codec_threads=1)
+    pipe.generate(SpeechRequest("Short.", max_frames=3))
+    process = pipe.engine.runner.codec_process._process
+    pipe.close()
+    assert not process.is_alive()
+
+
+def test_a_bad_thread_count_is_refused():
+    with pytest.raises(ValueError, match="codec_threads must be a positive number"):
+        load_pipeline("tiny", device="cpu", codec_threads=0)
