@@ -6,6 +6,7 @@ requests get a new one."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from omni_core import AudioChunk, Done, Frame, SpeechRequest, load_pipeline
+from omni_core.engine import codec_process
 from omni_core.engine.codec_process import CodecProcess, CodecProcessError
 
 from .conftest import our_pipeline
@@ -148,3 +150,14 @@ def test_closing_the_pipeline_ends_its_codec_process():
 def test_a_bad_thread_count_is_refused():
     with pytest.raises(ValueError, match="codec_threads must be a positive number"):
         load_pipeline("tiny", device="cpu", codec_threads=0)
+
+
+def test_without_room_in_shared_memory_the_engine_decodes_in_its_thread(monkeypatch, caplog):
+    """A container's small /dev/shm cannot take the codec's weights: the engine says so and decodes in its
+    own thread (the same audio)."""
+    monkeypatch.setattr(codec_process.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(64 << 20, 64 << 20, 0))
+    request = SpeechRequest("No room.", max_frames=5)
+    with load_pipeline("tiny", device="cpu", codec_threads=1) as pipe:
+        assert pipe.engine.runner.codec_process is None and pipe.engine.codec_threads is None
+        assert "decoded in the engine's thread: /dev/shm has 0 MiB free" in caplog.text
+        assert_same(pipe.generate(request), our_pipeline("tiny").generate(request))

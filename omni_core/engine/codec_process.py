@@ -21,6 +21,9 @@ serves later requests (the engine's `codec_streams`).
 
 from __future__ import annotations
 
+import itertools
+import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -31,7 +34,7 @@ import torch.multiprocessing as mp
 
 from omni_core.codec.streaming import StreamingDecoder, push_together
 
-START_TIMEOUT_S = 120.0  # spawning the process and importing torch there: seconds on a loaded machine
+SHM = "/dev/shm"
 
 
 class CodecProcessError(RuntimeError):
@@ -53,6 +56,7 @@ class CodecProcess:
     def __init__(self, codec: torch.nn.Module, threads: int):
         if next(codec.parameters()).device.type != "cpu":
             raise ValueError("the codec runs in a process of its own only on a CPU")
+        _check_shared_memory(codec)
         self.codec, self.threads = codec, threads
         self.error: CodecProcessError | None = None
         self._next_key = 0
@@ -164,6 +168,19 @@ class CodecProcess:
             if self.error is None:
                 self.error = CodecProcessError(why)
             return self.error
+
+
+def _check_shared_memory(codec: torch.nn.Module) -> None:
+    """The weights go to the process through /dev/shm (Linux), often small in a container (64 MiB by default
+    in Docker); a full one would kill a process when a page is touched, so refuse before (OSError)."""
+    if not os.path.isdir(SHM):
+        return
+    need = sum(t.numel() * t.element_size() for t in itertools.chain(codec.parameters(), codec.buffers())
+               if not t.is_shared())
+    free = shutil.disk_usage(SHM).free
+    if free < 2 * need:
+        raise OSError(f"{SHM} has {free / 2**20:.0f} MiB free and the codec's weights need {need / 2**20:.0f} "
+                      f"MiB there (twice that is required)")
 
 
 def _serve(codec: torch.nn.Module, threads: int, inbox, outbox) -> None:

@@ -5,7 +5,9 @@ prompts → think (one batched thinker token for every chat reply the talker is 
 read) → a frame for every row (`frame`): talk (prefill talker prompts, one batched talker
 step) → CB0 per row → one predictor call per predictor kind for all rows → emit each row's
 frame and audio. Rows still waiting for their first frame take that part first, in calls of
-their own, so a newcomer's first audio does not wait for the older rows' whole step.
+their own, so a newcomer's first audio does not wait for the older rows' whole step. With a codec
+process (`codec_threads`), emit sends the chunks' codes and their audio comes back while the next step
+runs (engine/codec_process.py); the engine stays at most one step ahead of it.
 
 Prefills run piece by piece (`Runner.prefill_chunk` positions); while some row is decoding, a
 step runs at most `prefill_budget` prompt positions (whole pieces, in admission order; one piece
@@ -112,7 +114,12 @@ class Engine:
         if self.codec_threads and (process is None or not process.alive):
             if process is not None:
                 process.close()
-            process = self.runner.codec_process = CodecProcess(self.model.code2wav, self.codec_threads)
+            try:
+                process = CodecProcess(self.model.code2wav, self.codec_threads)
+            except (OSError, RuntimeError) as exc:  # no room in shared memory, no processes allowed
+                log.warning("the audio is decoded in the engine's thread: %s", exc)
+                self.codec_threads = process = None
+            self.runner.codec_process = process
         return process
 
     @property
