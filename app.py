@@ -15,7 +15,7 @@ def main() -> None:
                              time_budget_s=args.time_budget, compile=args.compile,
                              revision=args.revision, force=args.force,
                              max_batch=args.max_batch, max_waiting=args.max_waiting,
-                             batch_invariant=args.batch_invariant)
+                             batch_invariant=args.batch_invariant, codec_threads=args.codec_threads or None)
         print(pipe.load_report, flush=True)
         if args.compile:
             pipe.warm_up(report=lambda message: print(message, flush=True))

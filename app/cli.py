@@ -60,6 +60,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="CPU threads for the engine's kernels (default: all cores, less one when the page is "
                              "served to this machine only, where the browser needs one; one engine thread runs every "
                              "request)")
+    parser.add_argument("--codec-threads", type=_at_least_zero, default=0,
+                        help="decode the audio in a process of its own with this many CPU threads, beside the "
+                             "engine's next step (CPU only; the same audio); 0, the default: in the engine's thread")
     parser.add_argument("--max-batch", type=_at_least_one, default=MAX_BATCH,
                         help=f"requests the engine advances together in one step (default: {MAX_BATCH}); more wait in the queue")
     parser.add_argument("--no-batch-invariance", dest="batch_invariant", action="store_false",

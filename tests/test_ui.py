@@ -36,3 +36,15 @@ def test_the_engine_leaves_a_core_to_a_browser_on_this_machine(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     monkeypatch.delenv("GRADIO_SERVER_NAME")
     assert parse_args([]).threads == 1
+
+
+def test_the_codec_process_is_asked_for_with_its_threads():
+    """--codec-threads N hands the pipeline codec_threads=N (0, the default: the codec in the engine's thread)."""
+    import pytest
+
+    from app.cli import parse_args
+
+    assert parse_args([]).codec_threads == 0
+    assert parse_args(["--codec-threads", "1"]).codec_threads == 1
+    with pytest.raises(SystemExit):
+        parse_args(["--codec-threads", "-1"])

@@ -429,10 +429,16 @@ class Engine:
                         talker_ms, predictor_ms, len(seqs), self.model)
             seq.hidden = None
         due = [s for s in seqs if not s.finished and output.audio_due(s)]
-        if due and self.runner.codec_process is not None:  # the codec keeps at most one step behind
-            self.runner.codec_process.wait_for(self._codec_mark)
+        codec, firsts = self.runner.codec_process, any(s.chunks_sent == 0 for s in due)
+        if due and codec is not None:  # the codec keeps at most one step behind
+            codec.wait_for(self._codec_mark)
         for group in output.codec_groups(due):
             self._batched("codec", group, lambda rows: output.decode(rows, self.model))
+        if firsts and codec is not None:
+            # A first chunk is waited for, as the engine's thread would decode it: its audio is handed over while
+            # the engine waits, not after the next compiled call (which holds the GIL): lone tiny, compiled, the
+            # first audio came 18 ms later without this.
+            codec.wait_for(codec.next_tag)
         for seq in seqs:
             if not seq.finished and len(seq.codes) >= seq.max_frames():
                 self._finish(seq, "max_frames")
