@@ -297,16 +297,23 @@ def percentile(values: list[float], q: float) -> float:
 
 def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60) -> dict:
     """N simultaneous speak-mode requests of `frames` frames on the tiny model, for the batched
-    engine (eager and compiled) and, as the baseline, the same engine serving one request at a
-    time (max_batch=1: each request runs alone, the rest wait). Rounds interleave the engines."""
+    engine (eager and compiled, the codec in the engine's thread or in a process of its own) and, as the
+    baseline, the same engine serving one request at a time (max_batch=1: each request runs alone, the
+    rest wait). Rounds interleave the engines."""
     from omni_core.pipeline import load_pipeline
     from omni_core.request import SpeechRequest
 
+    # the codec in a process of its own (engine/codec_process.py) on one of the cores, the engine on the rest
+    split = dict(threads=max(1, torch.get_num_threads() - 1), codec_threads=1)
     engines = {"batched eager": load_pipeline("tiny", device="cpu"),
                "batched compiled": load_pipeline("tiny", device="cpu", compile=True),
+               "batched eager, codec process": load_pipeline("tiny", device="cpu", **split),
+               "batched compiled, codec process": load_pipeline("tiny", device="cpu", compile=True, **split),
                # every request is taken, all of them may be in line at once (the default line is 4 x max_batch)
                "one at a time eager": load_pipeline("tiny", device="cpu", max_batch=1, max_waiting=max(counts))}
-    engines["batched compiled"].warm_up()
+    for name, pipe in engines.items():
+        if "compiled" in name:
+            pipe.warm_up()
     out = {}
     for n in counts:
         requests = [SpeechRequest(f"Listener number {i} is hearing this sentence.", max_frames=frames, seed=i)
@@ -323,6 +330,8 @@ def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60) -> d
             row = out[f"{n} at once"][name]
             row["fps_over_one"] = row["frames_per_s"] / alone["frames_per_s"]
             row["first_audio_p95_over_one"] = row["first_audio_p95_s"] / alone["first_audio_p95_s"]
+    for pipe in engines.values():
+        pipe.close()
     return out
 
 
