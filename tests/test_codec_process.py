@@ -61,11 +61,11 @@ def test_audio_chunks_follow_their_frames_and_come_before_done(split):
 
 
 class SlowCodec(torch.nn.Module):
-    """The tiny codec, 60 ms slower a call: slower than the engine's step."""
+    """The tiny codec, `delay` seconds slower a call (60 ms: slower than the engine's step)."""
 
-    def __init__(self, codec):
+    def __init__(self, codec, delay: float = 0.06):
         super().__init__()
-        self.inner, self.cfg, self.dtype = codec, codec.cfg, codec.dtype
+        self.inner, self.cfg, self.dtype, self.delay = codec, codec.cfg, codec.dtype, delay
 
     def decodes_together(self, frames: int) -> bool:
         return True
@@ -74,7 +74,7 @@ class SlowCodec(torch.nn.Module):
         return self.inner.num_samples(num_frames)
 
     def forward(self, *args, **kwargs):
-        time.sleep(0.06)
+        time.sleep(self.delay)
         return self.inner(*args, **kwargs)
 
 
@@ -137,6 +137,22 @@ def test_a_codec_process_that_dies_fails_its_requests_and_a_new_one_serves_the_n
     request = SpeechRequest("After the crash.", max_frames=9)
     assert_same(split.generate(request), our_pipeline("tiny").generate(request))
     assert split.engine.runner.codec_process is not process
+
+
+def test_a_hung_codec_process_is_ended_and_its_request_fails(monkeypatch):
+    """Pushes out and nothing back for STALL_S: the engine ends the process; the request fails with the
+    reason and the next one gets a new process."""
+    monkeypatch.setattr(codec_process, "STALL_S", 1.0)
+    with load_pipeline("tiny", device="cpu", codec_threads=1) as pipe:
+        runner = pipe.engine.runner
+        runner.codec_process.close()
+        hung = runner.codec_process = CodecProcess(SlowCodec(pipe.code2wav, delay=3600), threads=1)
+        with pytest.raises(CodecProcessError, match="ended"):
+            pipe.generate(SpeechRequest("Never heard.", max_frames=5))
+        assert not hung._process.is_alive()
+        monkeypatch.setattr(codec_process, "STALL_S", 120.0)  # the new process takes seconds to start
+        request = SpeechRequest("Heard.", max_frames=5)
+        assert_same(pipe.generate(request), our_pipeline("tiny").generate(request))
 
 
 def test_closing_the_pipeline_ends_its_codec_process():

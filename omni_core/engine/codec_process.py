@@ -22,6 +22,7 @@ serves later requests (the engine's `codec_streams`).
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import shutil
 import threading
@@ -35,6 +36,9 @@ import torch.multiprocessing as mp
 from omni_core.codec.streaming import StreamingDecoder, push_together
 
 SHM = "/dev/shm"
+STALL_S = 120.0  # pushes out and nothing back for this long: the process is hung (killed, its pushes fail)
+
+log = logging.getLogger(__name__)
 
 
 class CodecProcessError(RuntimeError):
@@ -62,6 +66,7 @@ class CodecProcess:
         self._next_key = 0
         self._callbacks: dict[int, object] = {}  # tag → fn(results, seconds) for each push still out
         self._next_tag = 0
+        self._heard_at = time.monotonic()  # when the process last sent audio back
         self._lock = threading.Condition()  # guards the above, error and the pipe's sending end
         ctx = mp.get_context("spawn")  # fork would copy the engine's threads and OpenMP state
         to_child, self._send_end = ctx.Pipe(duplex=False)
@@ -112,9 +117,14 @@ class CodecProcess:
             return self._next_tag
 
     def wait_for(self, tag: int) -> None:
-        """Wait until every push tagged before `tag` is back (or the process has ended)."""
+        """Wait until every push tagged before `tag` is back (or the process has ended). A process that sends
+        nothing back for STALL_S while pushes are out is taken for hung and ended: those pushes fail."""
         with self._lock:
-            self._lock.wait_for(lambda: self.error is not None or not any(t < tag for t in self._callbacks))
+            while not self._lock.wait_for(lambda: self.error is not None or all(t >= tag for t in self._callbacks),
+                                          STALL_S):
+                if self._heard_at < time.monotonic() - STALL_S:
+                    log.error("the codec process sent nothing back for %.0f s: ending it", STALL_S)
+                    self._process.kill()
 
     def close(self, timeout: float = 10.0) -> None:
         """End the process once it has decoded what was sent; chunks still out after `timeout` fail."""
@@ -146,13 +156,14 @@ class CodecProcess:
                 message = self._recv_end.recv()
                 _, tag, results, seconds = message
                 with self._lock:
-                    callback = self._callbacks.get(tag)
+                    callback, self._heard_at = self._callbacks[tag], time.monotonic()
                 try:
                     callback(results, seconds)
-                finally:
-                    with self._lock:
-                        del self._callbacks[tag]
-                        self._lock.notify_all()
+                except Exception:  # a bug in a callback must not end the thread that serves every stream
+                    log.exception("handing a chunk's audio back failed")
+                with self._lock:
+                    del self._callbacks[tag]
+                    self._lock.notify_all()
         except (EOFError, OSError):
             pass
         self._process.join(1.0)
