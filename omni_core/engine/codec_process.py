@@ -51,9 +51,12 @@ class RemoteStream:
     StreamingDecoder: the codec, the codebooks and the position)."""
     process: "CodecProcess"
     key: int
-    codec: torch.nn.Module
     num_codebooks: int | None
     num_frames: int = 0
+
+    @property
+    def codec(self) -> torch.nn.Module:
+        return self.process.codec
 
 
 class CodecProcess:
@@ -61,7 +64,7 @@ class CodecProcess:
         if next(codec.parameters()).device.type != "cpu":
             raise ValueError("the codec runs in a process of its own only on a CPU")
         _check_shared_memory(codec)
-        self.codec, self.threads = codec, threads
+        self.codec = codec
         self.error: CodecProcessError | None = None
         self._next_key = 0
         self._callbacks: dict[int, object] = {}  # tag → fn(results, seconds) for each push still out
@@ -93,7 +96,7 @@ class CodecProcess:
         with self._lock:
             key, self._next_key = self._next_key, self._next_key + 1
             self._send(("open", key, num_codebooks, prefix))
-        return RemoteStream(self, key, self.codec, num_codebooks, 0 if prefix is None else prefix.shape[1])
+        return RemoteStream(self, key, num_codebooks, 0 if prefix is None else prefix.shape[1])
 
     def push(self, items: list[tuple[RemoteStream, np.ndarray, bool]], callback) -> None:
         """Decode chunks [Q, n] of these streams in one codec call (equal n and position; `codec_groups`).
@@ -153,8 +156,7 @@ class CodecProcess:
         """The receiving thread: each chunk's audio to its callback, until the process ends."""
         try:
             while True:
-                message = self._recv_end.recv()
-                _, tag, results, seconds = message
+                _, tag, results, seconds = self._recv_end.recv()
                 with self._lock:
                     callback, self._heard_at = self._callbacks[tag], time.monotonic()
                 try:
@@ -224,14 +226,15 @@ def _serve(codec: torch.nn.Module, threads: int, inbox, outbox) -> None:
 def _decode(streams: dict[int, StreamingDecoder], items: list) -> list[tuple]:
     """One codec call for the group; if it raises, each stream alone (a healthy one gets the bits the group
     would have given it), so only a stream that fails alone fails. A failed stream is dropped."""
-    if any(key not in streams for key, _, _ in items):  # a stream whose earlier push failed
-        return [(None, "an earlier chunk of this stream failed") if key not in streams else _decode(streams, [item])[0]
-                for item in items for key in [item[0]]]
-    try:
-        wavs = push_together([streams[key] for key, _, _ in items], [torch.from_numpy(c)[None] for _, c, _ in items])
-        return [(w[0, 0].float().numpy(), None) for w in wavs]
-    except Exception as exc:
-        if len(items) == 1:
-            streams.pop(items[0][0], None)
-            return [(None, f"{type(exc).__name__}: {exc}")]
+    keys = [key for key, _, _ in items]
+    if len(items) == 1 and keys[0] not in streams:
+        return [(None, "an earlier chunk of this stream failed")]
+    if all(key in streams for key in keys):
+        try:
+            wavs = push_together([streams[key] for key in keys], [torch.from_numpy(c)[None] for _, c, _ in items])
+            return [(w[0, 0].float().numpy(), None) for w in wavs]
+        except Exception as exc:
+            if len(items) == 1:
+                streams.pop(keys[0], None)
+                return [(None, f"{type(exc).__name__}: {exc}")]
     return [_decode(streams, [item])[0] for item in items]
