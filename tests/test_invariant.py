@@ -43,6 +43,16 @@ def test_a_row_is_the_same_alone_and_in_any_batch_at_any_position(shape, dtype):
         assert torch.equal(linear(moved, weight, bias, plan, packed)[position], alone[0])
 
 
+def every_row_as_alone(plan: Plan, weight: torch.Tensor, seed: int = 1) -> bool:
+    """Apart from `holds` (other data, plain F.linear): whether every row of every call of pad_min..chunk rows,
+    at offsets 0 and 3, equals that row's own call padded to pad_min rows, bit for bit."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(plan.chunk + 3, weight.shape[1], generator=g).to(weight.dtype)
+    solo = torch.cat([F.linear(F.pad(X[r:r + 1], (0, 0, 0, plan.pad_min - 1)), weight)[:1] for r in range(len(X))])
+    return all(torch.equal(F.linear(X[o:o + M], weight), solo[o:o + M])
+               for M in range(max(2, plan.pad_min), plan.chunk + 1) for o in (0, 3))
+
+
 @pytest.mark.parametrize("dtype, shape, broken", [
     (torch.float32, (1024, 3072), Plan(1, 32)),  # no padding: a lone row takes the 1-row kernel
     (torch.float32, (1024, 3072), Plan(2, 32)),  # 16-32 rows take another kernel than 2-15
@@ -50,10 +60,12 @@ def test_a_row_is_the_same_alone_and_in_any_batch_at_any_position(shape, dtype):
 ])
 def test_a_plan_that_breaks_invariance_is_rejected(dtype, shape, broken):
     """So removing the padding without a replacement cannot pass unnoticed; the safe rule holds.
-    Which row counts share a kernel is the CPU's: where this one runs every count of the plan in one
-    kernel (bfloat16 at K = 6144 on an AMD EPYC), the plan is not broken here, and `holds` must say so."""
+    Which row counts share a kernel is the CPU's: where this one gives every row of the plan's calls its lone
+    bits (bfloat16 at K = 6144 on an AMD EPYC), the plan is not broken here, and `holds` must say so. A Xeon
+    with AMX runs that bfloat16 shape's rows 1-32 in one kernel by `runs` (which compares a call's first rows),
+    and still rounds some later rows otherwise than alone: broken, and `holds` must see it."""
     weight, _, _ = weights(*shape, dtype)
-    one_kernel = any(first <= broken.pad_min and broken.chunk <= last for first, last in runs(weight))
+    one_kernel = every_row_as_alone(broken, weight)
     assert holds(broken, weight) == one_kernel, runs(weight)
     if one_kernel:
         pytest.skip(f"this CPU runs {broken.pad_min}..{broken.chunk} rows of {tuple(shape)} {dtype} in one kernel")
@@ -191,12 +203,16 @@ def test_a_row_is_the_same_however_the_batch_lies_in_memory(plan):
     streams then decoded otherwise together than alone)."""
     weight, bias, g = weights(1024, 512, torch.float32, bias=True)
     packed = onednn.pack(weight) if plan.kernel == "onednn" else None
+    invariant_here = holds(plan, weight, bias, packed=packed)  # else a batch may round a row otherwise anyway
     for T in (1, 2, 3, 8):
         view = torch.randn(1, 1024, T, generator=g).transpose(1, 2)  # [1, T, C], not contiguous
         want = linear(view.contiguous(), weight, bias, plan, packed)
         assert torch.equal(linear(view, weight, bias, plan, packed), want), T
         batch = torch.cat([torch.randn(1, T, 1024, generator=g), view, torch.randn(1, T, 1024, generator=g)])
-        assert torch.equal(linear(batch, weight, bias, plan, packed)[1:2], want), T
+        if invariant_here:
+            assert torch.equal(linear(batch, weight, bias, plan, packed)[1:2], want), T
+    if not invariant_here:
+        pytest.skip(f"{plan} is not batch-invariant for this shape on this CPU: only the layout was checked")
 
 
 def test_padding_keeps_shapes_and_the_values_of_f_linear():

@@ -34,7 +34,9 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT, MAX_TEXT_TOKENS, MAX_FRAMES = "Hello there, how are you?", 4, 6
-PEAK_OVER_WEIGHTS = 1.2
+# What loading adds to the process's peak memory (less what it held before: torch's and MKL's libraries), over
+# the weights' bytes: one copy of the weights, and little else.
+PEAK_OVER_WEIGHTS = 1.15
 
 
 def _setup():
@@ -146,9 +148,9 @@ def test_codes_equal_hf_and_audio_within_float32_error(runs):
 
 def test_loader_peak_rss_and_time(runs):
     (_, ours), (_, hf) = runs
-    ratio = (ours["peak_rss"] - ours["packed_bytes"]) / ours["weight_bytes"]
+    ratio = (ours["peak_rss"] - ours["rss_before_load"] - ours["packed_bytes"]) / ours["weight_bytes"]
     print(f"\nreal width load: weights {ours['weight_bytes'] / 1e9:.2f} GB float32; ours {ours['load_s']:.1f} s, "
           f"peak RSS {ours['peak_rss'] / 1e9:.2f} GB, less {ours['packed_bytes'] / 1e9:.2f} GB of oneDNN-packed "
-          f"copies = {ratio:.2f}x weights ({ours['rss_before_load'] / 1e9:.2f} GB before loading); "
+          f"copies and {ours['rss_before_load'] / 1e9:.2f} GB held before loading = {ratio:.2f}x weights; "
           f"HF {hf['load_s']:.1f} s, peak RSS {hf['peak_rss'] / 1e9:.2f} GB")
     assert ratio <= PEAK_OVER_WEIGHTS
