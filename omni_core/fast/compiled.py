@@ -17,10 +17,13 @@ without Python in between. What is compiled:
   the cost of a packed copy of the predictor's weights per batch size. The frames are
   compiled ahead of time (AOTInductor) into packages kept in the cache folder
   (packages.py): the first start compiles them, a later one loads them;
-- the one-token step of the thinker and of the talker (`DecoderStack.token_step`),
-  with symbolic sizes, so the growing KV cache does not recompile it. The engine runs it
-  once per request in a step (batch 1, as alone): batching rows through it would give
-  other floats than a request gets alone.
+- the decode step of the thinker and of the talker (`DecoderStack.rows_step`): one new token for
+  every row of the engine's step in one call, each row with its own cache (projections and MoE
+  batched through the batch-invariant matmuls, attention per row over exactly its own past, as alone),
+  rows padded with spare rows to their bucket (one graph per bucket; a lone request is bucket 1, so
+  alone or beside others a row runs the same function). Cache lengths and capacities are symbolic
+  (without duck shapes: rows of equal lengths when it compiles get symbols of their own), so growing
+  and staggered caches do not compile it again. Prefills stay eager (the reference's kernels).
 
 Every pipeline compiles its own copies of the steps (`fresh`); a predictor's packages are
 its own too (their names hold a digest of its weights).
@@ -40,6 +43,7 @@ import types
 import torch
 import torch._dynamo
 import torch._inductor.config
+import torch.fx.experimental._config
 import torch.nn.functional as F
 
 from omni_core.fast import packages
@@ -183,10 +187,23 @@ class CompiledPredictors:
 
 
 def compile_step(stack: DecoderStack) -> None:
-    """Give `stack` a compiled one-token step (its forward uses it for T == 1 with a cache)."""
+    """Give `stack` a compiled decode step: one new token for a bucket of rows with caches of their own
+    (`decode_rows`, one call per engine step; a lone request is bucket 1). Prefills stay eager."""
 
-    def step(h, cos, sin, cache):
-        return stack.run_layers(h, cos, sin, cache)
+    def rows(h, cos, sin, caches):
+        return stack.layers_rows(h, cos, sin, caches)
 
-    stack.token_step = strict(torch.compile(fresh(step), fullgraph=True, dynamic=True, options=OPTIONS,
-                                            recompile_limit=RECOMPILE_LIMIT), "the compiled one-token step")
+    stack.rows_step = unducked(strict(torch.compile(fresh(rows), fullgraph=True, dynamic=True, options=OPTIONS,
+                                                    recompile_limit=RECOMPILE_LIMIT), "the compiled batched step"))
+
+
+def unducked(compiled):
+    """`compiled`, traced without duck shapes: sizes that happen to be equal when it compiles (rows whose
+    caches have the same length or capacity) get symbols of their own, not one shared symbol that a later
+    step with unequal rows would compile again."""
+
+    def call(*args):
+        with torch.fx.experimental._config.patch(use_duck_shape=False):
+            return compiled(*args)
+
+    return call
