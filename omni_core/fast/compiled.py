@@ -65,18 +65,26 @@ RECOMPILE_LIMIT = 64
 ROW_BY_ROW = ("reprefill",)
 
 
-def strict(compiled, what: str):
+def strict(compiled, what: str, duck_shapes: bool = True):
     """`compiled`, except that hitting its recompile limit raises an error that says so: dynamo's
-    default is to fall back to eager without a word (speed, and bit-identity with solo runs, lost)."""
+    default is to fall back to eager without a word (speed, and bit-identity with solo runs, lost).
+    duck_shapes=False: traced without duck shapes, so sizes that happen to be equal when it compiles (rows
+    whose caches have the same length or capacity) get symbols of their own, not one shared symbol that a
+    later step with unequal rows would compile again. The settings are set around each call, by hand: a
+    config `patch()` builds a class per call (~10 us each, on a 1-row step of ~300 us)."""
+    dynamo, shapes = torch._dynamo.config, torch.fx.experimental._config
 
     def call(*args, **kwargs):
-        with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
-            try:
-                return compiled(*args, **kwargs)
-            except torch._dynamo.exc.FailOnRecompileLimitHit as exc:
-                raise RuntimeError(f"{what} hit torch.compile's recompile limit ({RECOMPILE_LIMIT} graphs): a shape "
-                                   f"or type it was not warmed up for keeps changing; load without compile=True, "
-                                   f"or report the shapes ({exc})") from exc
+        saved = dynamo.fail_on_recompile_limit_hit, shapes.use_duck_shape
+        dynamo.fail_on_recompile_limit_hit, shapes.use_duck_shape = True, duck_shapes and saved[1]
+        try:
+            return compiled(*args, **kwargs)
+        except torch._dynamo.exc.FailOnRecompileLimitHit as exc:
+            raise RuntimeError(f"{what} hit torch.compile's recompile limit ({RECOMPILE_LIMIT} graphs): a shape "
+                               f"or type it was not warmed up for keeps changing; load without compile=True, "
+                               f"or report the shapes ({exc})") from exc
+        finally:
+            dynamo.fail_on_recompile_limit_hit, shapes.use_duck_shape = saved
 
     return call
 
@@ -193,17 +201,5 @@ def compile_step(stack: DecoderStack) -> None:
     def rows(h, cos, sin, caches):
         return stack.layers_rows(h, cos, sin, caches)
 
-    stack.rows_step = unducked(strict(torch.compile(fresh(rows), fullgraph=True, dynamic=True, options=OPTIONS,
-                                                    recompile_limit=RECOMPILE_LIMIT), "the compiled batched step"))
-
-
-def unducked(compiled):
-    """`compiled`, traced without duck shapes: sizes that happen to be equal when it compiles (rows whose
-    caches have the same length or capacity) get symbols of their own, not one shared symbol that a later
-    step with unequal rows would compile again."""
-
-    def call(*args):
-        with torch.fx.experimental._config.patch(use_duck_shape=False):
-            return compiled(*args)
-
-    return call
+    stack.rows_step = strict(torch.compile(fresh(rows), fullgraph=True, dynamic=True, options=OPTIONS,
+                                           recompile_limit=RECOMPILE_LIMIT), "the compiled decode step", duck_shapes=False)

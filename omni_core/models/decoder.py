@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from omni_core.fast.buckets import bucket, buckets_up_to, chunks
+from omni_core.fast.buckets import BUCKETS, bucket, buckets_up_to, chunks
 from omni_core.models.config import DecoderConfig
 from omni_core.models.layers import MLP, Attention, KVCache, RMSNorm, Rope
 from omni_core.models.moe import SparseMoe
@@ -76,7 +76,9 @@ class DecoderStack(nn.Module):
         (batch-invariant matmuls, attention per row). Compiled: one call for all rows, padded to
         their bucket (a lone row is bucket 1: every row, alone or not, runs the same function)."""
         cos, sin = self.row_tables(caches, h)
-        if self.rows_step is not None:
+        if self.rows_step is not None and h.shape[0] <= BUCKETS[-1]:
+            h = self._compiled_rows(h, cos, sin, caches)
+        elif self.rows_step is not None:  # more rows than the largest bucket: bucket-size chunks
             h = torch.cat([self._compiled_rows(h[rows], cos[rows], sin[rows], caches[rows])
                            for rows in chunks(h.shape[0])])
         else:
@@ -103,8 +105,9 @@ class DecoderStack(nn.Module):
         pad = bucket(B) - B
         for cache in caches:
             cache.reserve(cache.length + 2)  # a spare slot: a step that fills the buffer exactly compiles again
-        # New tensors, never views (of what, dynamo would guard), with zero rows after: [bucket, ...]
-        h, cos, sin = (torch.cat([t, t.new_zeros((pad, *t.shape[1:]))]) for t in (h, cos, sin))
+        # Zero rows after them, [bucket, ...]; and never views (dynamo would guard what they view)
+        h, cos, sin = (torch.cat([t, t.new_zeros((pad, *t.shape[1:]))]) if pad or t._base is not None else t
+                       for t in (h, cos, sin))
         return self.rows_step(h, cos, sin, caches + self.spare_caches(pad, h))[:B]
 
     def warm_up_rows(self, max_rows: int) -> None:
