@@ -226,10 +226,6 @@ class Pipeline:
         report = report or (lambda message: None)
         started = time.perf_counter()
         self.engine.call(torch.no_grad()(self.predictors.warm_up), self.engine.max_batch, report)
-        if self.compiled:  # the batched decode step of each stack, for every bucket of rows
-            stacks = [stack.model for stack in (self.thinker, self.talker) if stack is not None]
-            for stack in stacks:
-                self.engine.call(torch.no_grad()(stack.warm_up_rows), self.engine.max_batch)
         mode = "chat" if self.family == "qwen3_omni" else "speak"
         extra = {}
         if self.abilities["clone"]:  # a second of a tone: the clone path's encoders warm up too

@@ -54,11 +54,11 @@ def test_after_warm_up_nothing_compiles_again():
     not a longer reply, not a talker cache that grows, not speak mode. First in this file, so that
     no other test's request has compiled anything the warm-up missed."""
     pipe = compiled_pipeline("tiny")  # warmed up when it was made, before any request
-    # The KV frame once per bucket (1, 4) and the re-prefill frame at 1 row, built or loaded; one decode step
-    # per stack and bucket: nothing compiled twice (a rotary table first built inside a graph once made the
-    # warm-up's first request compile again).
+    # The KV frame once per bucket (1, 4) and the re-prefill frame at 1 row, built or loaded; one step per
+    # stack: nothing compiled twice (a rotary table first built inside a graph once made the warm-up's first
+    # request compile again).
     frames = pipe.predictors.compiled
-    assert frames.built + frames.loaded == FRAMES_UP_TO_4 and WARM_UP_GRAPHS["tiny"] == 2 * len(buckets_up_to(4))
+    assert frames.built + frames.loaded == FRAMES_UP_TO_4 and WARM_UP_GRAPHS["tiny"] == 2
     with torch._dynamo.config.patch(error_on_recompile=True):
         for mode, predictor in (("chat", "kv"), ("speak", "reprefill")):
             pipe.generate(SpeechRequest("A longer request than the warm-up.", mode=mode, predictor=predictor,
@@ -173,31 +173,6 @@ def test_concurrent_compiled_requests_equal_their_solo_runs():
     for got, want in zip(together, solo):
         assert_same(got, want)
     assert max(r.stats.batch_max for r in together) >= 2
-
-
-def test_one_compiled_talker_call_per_step_for_all_rows():
-    """Compiled, the talker's decode step is one call for every row (padded to the bucket), never a call per
-    row; staggered caches (other lengths and capacities in one call) compile nothing new."""
-    from tests.test_engine import collect
-
-    pipe = compiled_pipeline("tiny")
-    stack, rows = pipe.talker.model, []
-    compiled = stack.rows_step
-
-    def recording(h, cos, sin, caches):
-        rows.append((h.shape[0], len(caches)))
-        return compiled(h, cos, sin, caches)
-
-    stack.rows_step = recording
-    try:
-        requests = [SpeechRequest(f"Row {i} speaks{'.' * 20 * i}", predictor="kv", max_frames=8, seed=i)
-                    for i in range(3)]  # prompts of other lengths: caches of other lengths in one call
-        with torch._dynamo.config.patch(error_on_recompile=True):
-            results = [collect(s) for s in pipe.stream_together(requests)]
-    finally:
-        stack.rows_step = compiled
-    assert all(r.stats.frames == 8 for r in results)
-    assert rows == [(4, 4)] * 7  # the first frame comes from the prefill: 7 decode steps of 3 rows and a spare
 
 
 def test_hitting_the_recompile_limit_is_an_error_not_a_silent_fall_to_eager():

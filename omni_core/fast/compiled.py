@@ -17,13 +17,10 @@ without Python in between. What is compiled:
   the cost of a packed copy of the predictor's weights per batch size. The frames are
   compiled ahead of time (AOTInductor) into packages kept in the cache folder
   (packages.py): the first start compiles them, a later one loads them;
-- the decode step of the thinker and of the talker (`DecoderStack.rows_step`): one new token for
-  every row of the engine's step in one call, each row with its own cache (projections and MoE
-  batched through the batch-invariant matmuls, attention per row over exactly its own past, as alone),
-  rows padded with spare rows to their bucket (one graph per bucket; a lone request is bucket 1, so
-  alone or beside others a row runs the same function). Cache lengths and capacities are symbolic
-  (without duck shapes: rows of equal lengths when it compiles get symbols of their own), so growing
-  and staggered caches do not compile it again. Prefills stay eager (the reference's kernels).
+- the one-token step of the thinker and of the talker (`DecoderStack.token_step`),
+  with symbolic sizes, so the growing KV cache does not recompile it. The engine runs it
+  once per request in a step (batch 1, as alone): batching rows through it would give
+  other floats than a request gets alone.
 
 Every pipeline compiles its own copies of the steps (`fresh`); a predictor's packages are
 its own too (their names hold a digest of its weights).
@@ -43,7 +40,6 @@ import types
 import torch
 import torch._dynamo
 import torch._inductor.config
-import torch.fx.experimental._config
 import torch.nn.functional as F
 
 from omni_core.fast import packages
@@ -65,18 +61,16 @@ RECOMPILE_LIMIT = 64
 ROW_BY_ROW = ("reprefill",)
 
 
-def strict(compiled, what: str, duck_shapes: bool = True):
+def strict(compiled, what: str):
     """`compiled`, except that hitting its recompile limit raises an error that says so: dynamo's
     default is to fall back to eager without a word (speed, and bit-identity with solo runs, lost).
-    duck_shapes=False: traced without duck shapes, so sizes that happen to be equal when it compiles (rows
-    whose caches have the same length or capacity) get symbols of their own, not one shared symbol that a
-    later step with unequal rows would compile again. The settings are set around each call, by hand: a
-    config `patch()` builds a class per call (~10 us each, on a 1-row step of ~300 us)."""
-    dynamo, shapes = torch._dynamo.config, torch.fx.experimental._config
+    The setting is set around each call by hand: a config `patch()` builds a class per call (~10 us, on a
+    one-token step of ~300 us)."""
+    dynamo = torch._dynamo.config
 
     def call(*args, **kwargs):
-        saved = dynamo.fail_on_recompile_limit_hit, shapes.use_duck_shape
-        dynamo.fail_on_recompile_limit_hit, shapes.use_duck_shape = True, duck_shapes and saved[1]
+        saved = dynamo.fail_on_recompile_limit_hit
+        dynamo.fail_on_recompile_limit_hit = True
         try:
             return compiled(*args, **kwargs)
         except torch._dynamo.exc.FailOnRecompileLimitHit as exc:
@@ -84,7 +78,7 @@ def strict(compiled, what: str, duck_shapes: bool = True):
                                f"or type it was not warmed up for keeps changing; load without compile=True, "
                                f"or report the shapes ({exc})") from exc
         finally:
-            dynamo.fail_on_recompile_limit_hit, shapes.use_duck_shape = saved
+            dynamo.fail_on_recompile_limit_hit = saved
 
     return call
 
@@ -195,11 +189,10 @@ class CompiledPredictors:
 
 
 def compile_step(stack: DecoderStack) -> None:
-    """Give `stack` a compiled decode step: one new token for a bucket of rows with caches of their own
-    (`decode_rows`, one call per engine step; a lone request is bucket 1). Prefills stay eager."""
+    """Give `stack` a compiled one-token step (its forward uses it for T == 1 with a cache)."""
 
-    def rows(h, cos, sin, caches):
-        return stack.layers_rows(h, cos, sin, caches)
+    def step(h, cos, sin, cache):
+        return stack.run_layers(h, cos, sin, cache)
 
-    stack.rows_step = strict(torch.compile(fresh(rows), fullgraph=True, dynamic=True, options=OPTIONS,
-                                           recompile_limit=RECOMPILE_LIMIT), "the compiled decode step", duck_shapes=False)
+    stack.token_step = strict(torch.compile(fresh(step), fullgraph=True, dynamic=True, options=OPTIONS,
+                                            recompile_limit=RECOMPILE_LIMIT), "the compiled one-token step")

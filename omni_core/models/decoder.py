@@ -1,20 +1,15 @@
 """A decoder layer (attention, then a dense MLP or the sparse MoE) and the stack of them that the
-thinker, talker and code predictor are: prefill, and one token for each of several requests with
-their own caches (`decode_rows`: eager, or compiled as one call for a bucket of rows)."""
+thinker, talker and code predictor are: prefill, one-token steps (eager or compiled), and one
+token for each of several requests with their own caches (`decode_rows`)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from omni_core.fast.buckets import BUCKETS, bucket, buckets_up_to, chunks
 from omni_core.models.config import DecoderConfig
 from omni_core.models.layers import MLP, Attention, KVCache, RMSNorm, Rope
 from omni_core.models.moe import SparseMoe
-
-
-# The filled length of a padding row's cache (fixed: its writes land on the same slot every step).
-SPARE_LENGTH = 2
 
 
 class DecoderLayer(nn.Module):
@@ -44,8 +39,7 @@ class DecoderStack(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rope = Rope(cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
-        self.rows_step = None  # layers_rows for a bucket of rows, compiled (fast/compiled.py); None: eager
-        self._spares: list[KVCache] = []  # the caches of the zero rows that pad a compiled call to its bucket
+        self.token_step = None  # run_layers for one new token, compiled (fast/compiled.py); None: eager
 
     def new_cache(self, batch: int, capacity: int, like: torch.Tensor) -> KVCache:
         c = self.cfg
@@ -58,7 +52,11 @@ class DecoderStack(nn.Module):
         if cache is not None:
             assert start == cache.length, f"position {start} != cache length {cache.length}"
         cos, sin = self.rope.table(start, T, h.device, h.dtype)
-        h = self.run_layers(h, cos, sin, cache)
+        if self.token_step is not None and T == 1 and cache is not None:
+            cache.reserve(start + 2)  # a spare slot: a step that fills the buffer exactly compiles again
+            h = self.token_step(h, cos, sin, cache)
+        else:
+            h = self.run_layers(h, cos, sin, cache)
         if cache is not None:
             cache.advance(T)
         return h
@@ -73,59 +71,15 @@ class DecoderStack(nn.Module):
     def decode_rows(self, h: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
         """One new token for each of B requests with their own caches: h [B, 1, C] → [B, 1, C].
         Row b sits at position caches[b].length. A row's floats do not depend on the other rows
-        (batch-invariant matmuls, attention per row). Compiled: one call for all rows, padded to
-        their bucket (a lone row is bucket 1: every row, alone or not, runs the same function)."""
-        cos, sin = self.row_tables(caches, h)
-        if self.rows_step is not None and h.shape[0] <= BUCKETS[-1]:
-            h = self._compiled_rows(h, cos, sin, caches)
-        elif self.rows_step is not None:  # more rows than the largest bucket: bucket-size chunks
-            h = torch.cat([self._compiled_rows(h[rows], cos[rows], sin[rows], caches[rows])
-                           for rows in chunks(h.shape[0])])
-        else:
-            h = self.layers_rows(h, cos, sin, caches)
-        for cache in caches:
-            cache.advance(1)
-        return h
-
-    def row_tables(self, caches: list[KVCache], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The rotary cos, sin [B, 1, 1, D] of each row's next position (caches[b].length)."""
-        tables = [self.rope.table(c.length, 1, like.device, like.dtype) for c in caches]
-        return tuple(torch.stack([t[i][None] for t in tables]) for i in (0, 1))
-
-    def layers_rows(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
-        """`decode_rows`' layers and final norm (the caches are written, not advanced)."""
+        (batch-invariant matmuls, attention per row). Compiled: each row takes the compiled
+        one-token step, as it does alone."""
+        if self.token_step is not None:
+            return torch.cat([self(h[b:b + 1], cache, cache.length) for b, cache in enumerate(caches)])
+        tables = [self.rope.table(c.length, 1, h.device, h.dtype) for c in caches]
+        cos = torch.stack([t[0] for t in tables])[:, None]  # [B, 1, 1, D]: one position per row
+        sin = torch.stack([t[1] for t in tables])[:, None]
         for layer in self.layers:
             h = layer.decode_rows(h, cos, sin, caches)
-        return self.norm(h)
-
-    def _compiled_rows(self, h, cos, sin, caches: list[KVCache]) -> torch.Tensor:
-        """`rows_step` over B rows padded with zero rows to their bucket, each padding row with a spare cache
-        of its own (written, never advanced) → [B, 1, C]."""
-        B = h.shape[0]
-        pad = bucket(B) - B
         for cache in caches:
-            cache.reserve(cache.length + 2)  # a spare slot: a step that fills the buffer exactly compiles again
-        # Zero rows after them, [bucket, ...]; and never views (dynamo would guard what they view)
-        h, cos, sin = (torch.cat([t, t.new_zeros((pad, *t.shape[1:]))]) if pad or t._base is not None else t
-                       for t in (h, cos, sin))
-        return self.rows_step(h, cos, sin, caches + self.spare_caches(pad, h))[:B]
-
-    def warm_up_rows(self, max_rows: int) -> None:
-        """Compile `rows_step` for every bucket a batch of up to max_rows rows uses, on caches of its own."""
-        like = self.norm.weight
-        for size in buckets_up_to(max_rows):
-            caches = [self.new_cache(1, SPARE_LENGTH + 3, like) for _ in range(size)]
-            for cache in caches:
-                cache.length = SPARE_LENGTH + 1
-            h = torch.zeros(size, 1, self.cfg.hidden_size, dtype=like.dtype, device=like.device)
-            self._compiled_rows(h, *self.row_tables(caches, h), caches)
-
-    def spare_caches(self, n: int, like: torch.Tensor) -> list[KVCache]:
-        """n caches for padding rows (length SPARE_LENGTH: past 0 and 1, which compile as constants)."""
-        if self._spares and (self._spares[0].k[0].dtype, self._spares[0].k[0].device) != (like.dtype, like.device):
-            self._spares = []
-        while len(self._spares) < n:
-            cache = self.new_cache(1, SPARE_LENGTH + 2, like)
-            cache.length = SPARE_LENGTH
-            self._spares.append(cache)
-        return self._spares[:n]
+            cache.advance(1)
+        return self.norm(h)
