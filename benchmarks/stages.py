@@ -31,7 +31,8 @@ class Timers:
         self.seconds, self.calls, self.first_step = collections.defaultdict(float), collections.Counter(), {}
 
     def clear(self) -> None:
-        self.seconds.clear(), self.calls.clear(), self.first_step.clear()
+        for kept in (self.seconds, self.calls, self.first_step):
+            kept.clear()
 
     def wrap(self, owner, name: str, label: str) -> None:
         fn = getattr(owner, name)
