@@ -391,10 +391,7 @@ class Engine:
                 continue
             self._guard(seq, "talker", [seq], self.runner.start_talker, seq)
         self.prefill([s for s in seqs if s.talker_todo is not None and not s.finished], "talker")
-        going = [s for s in seqs if s.talking and s.hidden is None]
-        inputs = {s: self._guard(s, "talker", [s], self.runner.next_input, s) for s in going}
-        going, hidden = self._batched("talker", [s for s in going if not s.finished],
-                                      lambda rows: self.runner.talk(rows, [inputs[s] for s in rows]))
+        going, hidden = self._batched("talker", [s for s in seqs if s.talking and s.hidden is None], self.runner.talk)
         for seq, h in zip(going, hidden):
             seq.hidden = h
         return [s for s in seqs if s.talking and not s.finished]

@@ -3,10 +3,9 @@
 Per request: admission (prompts; for Qwen3-TTS the talker's prompt from the request, a clone's
 x-vector and reference codes), the prefills of the thinker's prompt (chat mode) and of the
 talker's, piece by piece (`prefill_chunk` positions: the engine runs a few pieces a step, so a
-long prompt cannot stall the rows already speaking), the next talker input, CB0 from the codec
-head's logits. Batched, for all rows
-at once: one thinker token, one talker step (ragged cache lengths), the codec head, and
-one code-predictor call per predictor kind. A row's floats do not depend on its
+long prompt cannot stall the rows already speaking), CB0 from the codec head's logits. Batched, for
+all rows at once: one thinker token, the talker's next inputs and one talker step (ragged cache
+lengths), the codec head, and one code-predictor call per predictor kind. A row's floats do not depend on its
 neighbours: matmul rows are batch-invariant (`invariant.linear`), attention runs per row,
 each row samples from its own generators.
 """
@@ -160,10 +159,6 @@ class Runner:
         n = self.prefill_chunk
         return todo[:, :n], (todo[:, n:] if todo.shape[1] > n else None)
 
-    def next_input(self, seq: Sequence) -> torch.Tensor:
-        """The talker's next input [1, 1, C]: the last frame's summed embedding + text step k-1."""
-        return self.model.talker.embed_codes(seq.last_cb0, seq.last_embeds) + seq.reply[len(seq.codes) - 1]
-
     def next_cb0(self, seq: Sequence, logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """logits [1, V] from the codec head → CB0 [1], its probability [1], and the top-5 ids [1, 5] and
         probabilities [1, 5] of the same processed distribution (HF's processing)."""
@@ -182,12 +177,27 @@ class Runner:
         with lengths_kept_on_error(caches):
             return list(self.model.thinker.decode_rows(ids, caches).split(1))
 
-    def talk(self, seqs: list[Sequence], inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        """inputs [1, 1, C] per row → each row's hidden state [1, C] for its next frame."""
+    def talk(self, seqs: list[Sequence]) -> list[torch.Tensor]:
+        """One talker step for every row → each row's hidden state [1, C] for its next frame."""
         caches = [s.talker_cache for s in seqs]
         with lengths_kept_on_error(caches):
-            hidden = self.model.talker.model.decode_rows(torch.cat(inputs), caches)  # [B, 1, C]
+            hidden = self.model.talker.model.decode_rows(self.next_inputs(seqs), caches)  # [B, 1, C]
         return list(hidden[:, -1].split(1))
+
+    def next_inputs(self, seqs: list[Sequence]) -> torch.Tensor:
+        """The talker's next input for every row [B, 1, C]: the last frame's summed codec embedding plus text
+        step k-1 (k: frames made). One embedding sum for all rows, and one text projection for the rows
+        whose step is a reply token (rows are independent: the sums are per row, the projection's matmul
+        rows batch-invariant)."""
+        talker = self.model.talker
+        codes = talker.embed_codes(torch.cat([s.last_cb0 for s in seqs]), torch.cat([s.last_embeds for s in seqs]))
+        steps = [s.reply.step(len(s.codes) - 1) for s in seqs]  # token ids to project, or embeddings [1, 1, C]
+        reading = [(s, step) for s, step in zip(seqs, steps) if isinstance(step, int)]  # Qwen3-Omni rows only
+        if reading:
+            ids = torch.tensor([step for _, step in reading], device=codes.device)[:, None]  # [B', 1]
+            projected = iter(reading[0][0].builder.project(ids).split(1))
+            steps = [next(projected) if isinstance(step, int) else step for step in steps]
+        return codes + torch.cat(steps)
 
     def cb0_logits(self, seqs: list[Sequence]) -> list[torch.Tensor]:
         """The codec head for every row: [1, V] per row."""

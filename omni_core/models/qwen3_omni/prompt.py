@@ -117,9 +117,15 @@ class TextSteps:
         """Whether step k is known: r(k+1) and whether it is the last token."""
         return self.done or k + 2 < len(self.ids)
 
-    def __getitem__(self, k: int) -> torch.Tensor:
-        """[1, 1, C] for talker decode step k: r(k+1)' if r(k+1) is not the reply's last token."""
+    def step(self, k: int) -> int | torch.Tensor:
+        """Talker decode step k: the token r(k+1) to project when it is not the reply's last, else the
+        tts_eos or tts_pad embedding [1, 1, C]. (The engine projects every row's token in one call.)"""
         assert self.ready(k), f"text step {k} is not known yet ({len(self.ids)} reply tokens)"
         if k + 2 < len(self.ids):
-            return self.builder.project(torch.tensor([[self.ids[k + 1]]], device=self.builder.device))
+            return self.ids[k + 1]
         return self.builder.tts_eos if k == max(len(self.ids) - 2, 0) else self.builder.tts_pad
+
+    def __getitem__(self, k: int) -> torch.Tensor:
+        """[1, 1, C] for talker decode step k: r(k+1)' if r(k+1) is not the reply's last token."""
+        step = self.step(k)
+        return self.builder.project(torch.tensor([[step]], device=self.builder.device)) if isinstance(step, int) else step

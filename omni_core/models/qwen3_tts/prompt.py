@@ -46,7 +46,7 @@ def instruct_text(text: str) -> str:
 
 class TextSteps:
     """The text the talker reads at each decode step k: `steps[k]` ([1, 1, H]), then tts_pad forever.
-    Speaks the engine's text-steps interface (done, ids, spoken, ready, [k])."""
+    Speaks the engine's text-steps interface (done, ids, spoken, ready, step(k), [k])."""
 
     def __init__(self, steps: torch.Tensor, pad: torch.Tensor, ids: list[int]):
         self.steps, self.pad = steps, pad  # [1, K, H], [1, 1, H]
@@ -66,6 +66,10 @@ class TextSteps:
 
     def __getitem__(self, k: int) -> torch.Tensor:
         return self.steps[:, k:k + 1] if k < self.steps.shape[1] else self.pad
+
+    def step(self, k: int) -> torch.Tensor:
+        """Step k's embedding [1, 1, H]: every step is projected already."""
+        return self[k]
 
 
 @dataclass
