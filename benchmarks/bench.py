@@ -189,9 +189,7 @@ def bench_predictor(repeats: int, device: str = "cpu", batches=(1, 4, 16), dtype
                      "omni_core kv": lambda: predict_kv(cp, h, e0),
                      "hf": lambda: hf.generate(inputs_embeds=seq, max_new_tokens=15, do_sample=False)}
             if name in compiled_dtypes:
-                greedy = torch.ones(B, dtype=torch.bool, device=device)
-                ones = torch.ones(15, B, 2048, device=device)
-                cases["omni_core kv compiled"] = lambda: compiled.run("kv", h, e0, ones, greedy)
+                cases["omni_core kv compiled"] = lambda: compiled.run("kv", h, e0)  # the greedy-only frame
             with torch.no_grad():
                 t = interleaved(cases, repeats)
             ours = [k for k in cases if k != "hf"]

@@ -65,9 +65,8 @@ def bench_real_predictor(repeats: int, dtypes=("float32", "bfloat16"), batches=(
             cases = {f"kv eager, {v}": switching(setter, lambda: predict_kv(cp, h, e0))
                      for v, setter in variants([cp], chosen) if B == 1 or v == "chosen plans"}
             if compiled is not None and B == 1:
-                greedy, ones = torch.ones(B, dtype=torch.bool), torch.ones(15, B, 2048)
                 cases["kv compiled, chosen plans"] = switching(lambda: use([cp], None, chosen),
-                                                               lambda: compiled.run("kv", h, e0, ones, greedy))
+                                                               lambda: compiled.run("kv", h, e0))  # greedy-only frame
             cases["hf generate"] = lambda: hf.generate(inputs_embeds=seq, max_new_tokens=15, do_sample=False)
             with torch.no_grad():
                 t = interleaved(cases, repeats)

@@ -4,6 +4,7 @@ predictor frames are kept as packages in the cache folder, which a second proces
 
 from __future__ import annotations
 
+import collections
 import copy
 import functools
 import json
@@ -40,7 +41,8 @@ def compiled_pipeline(preset: str):
     return pipe
 
 
-FRAMES_UP_TO_4 = len(buckets_up_to(4)) + 1  # the KV frame per bucket, the re-prefill frame at 1 row (ROW_BY_ROW)
+# The KV frame per bucket, the re-prefill frame at 1 row (ROW_BY_ROW); each greedy-only and for every mix
+FRAMES_UP_TO_4 = 2 * (len(buckets_up_to(4)) + 1)
 FRAMES = 70  # past the talker cache's first capacity (prompt + 64): it grows inside the compiled step
 
 
@@ -54,7 +56,8 @@ def test_after_warm_up_nothing_compiles_again():
     not a longer reply, not a talker cache that grows, not speak mode. First in this file, so that
     no other test's request has compiled anything the warm-up missed."""
     pipe = compiled_pipeline("tiny")  # warmed up when it was made, before any request
-    # The KV frame once per bucket (1, 4) and the re-prefill frame at 1 row, built or loaded; one step per
+    # The KV frame once per bucket (1, 4) and the re-prefill frame at 1 row, each greedy-only and for every
+    # mix, built or loaded; one step per
     # stack: nothing compiled twice (a rotary table first built inside a graph once made the warm-up's first
     # request compile again).
     frames = pipe.predictors.compiled
@@ -74,6 +77,53 @@ def test_compiled_gives_the_eager_codes(predictor, do_sample):
     np.testing.assert_array_equal(got.codes, want.codes)
     np.testing.assert_allclose(got.audio, want.audio, rtol=0, atol=1e-5)
     assert got.stats.frames == FRAMES
+
+
+@pytest.mark.parametrize("name", ["kv", "reprefill"])
+def test_the_greedy_frame_gives_what_the_frame_for_every_mix_gives_a_greedy_row(name):
+    """A greedy request runs the greedy-only frame alone and the frame for every mix beside a sampled
+    request: the same codes, probabilities, embeddings and top-5 either way (bit for bit: the app shows
+    the probabilities, and a row's frame must not depend on its neighbours)."""
+    frames = compiled_pipeline("tiny").predictors.compiled
+    cp, G = frames.cp, frames.cp.num_code_groups
+    size = 1 if name == "reprefill" else 4
+    torch.manual_seed(0)
+    h, e0 = (torch.randn(size, cp.embedding_dim) for _ in range(2))
+    greedy = frames.run(name, h, e0)
+    noise = torch.empty(G - 1, size, cp.lm_head[0].weight.shape[0]).exponential_()
+    mixed = frames.run(name, h, e0, noise, torch.ones(size, dtype=torch.bool))
+    assert len(greedy) == len(mixed) == 5
+    for got, want in zip(greedy, mixed):
+        assert torch.equal(got, want)
+    if size > 1:  # a sampled row beside them changes none of the greedy rows
+        rows = torch.tensor([True, False] + [True] * (size - 2))
+        beside = frames.run(name, h, e0, noise, rows)
+        for got, want in zip(greedy, beside):
+            assert torch.equal(got[rows], want[rows])
+        assert not torch.equal(greedy[0][1], beside[0][1])  # the sampled row drew other codes
+
+
+def test_a_greedy_batch_runs_the_greedy_frame_and_a_mixed_one_the_frame_for_every_mix():
+    """Which package the engine calls: counted by wrapping the loaded frames."""
+    pipe = compiled_pipeline("tiny")
+    frames, calls = pipe.predictors.compiled, collections.Counter()
+    loaded = dict(frames.frames)
+
+    def counted(what, run):
+        def call(*args):
+            calls[what[:2]] += 1
+            return run(*args)
+        return call
+
+    frames.frames.update({what: counted(what, run) for what, run in loaded.items()})
+    try:
+        pipe.generate(SpeechRequest("Greedy.", predictor="kv", max_frames=3))
+        assert calls == {("kv", "greedy"): 3}
+        calls.clear()
+        pipe.generate(SpeechRequest("Sampled.", predictor="kv", do_sample=True, seed=1, max_frames=3))
+        assert calls == {("kv", "any"): 3}
+    finally:
+        frames.frames.update(loaded)
 
 
 def test_compare_mode_compiled_has_no_mismatch():
@@ -122,13 +172,14 @@ def test_a_second_predictor_of_the_same_shapes_looks_for_packages_of_its_own():
     for head in second.lm_head:
         head.weight.data = head.weight.data.flip(0)  # other codes, same shapes
     weight = first.cp.lm_head[0].weight
-    frames = [(name, size) for name, size, *_ in first.frames]
-    assert sorted(frames) == [("kv", 1), ("kv", 4), ("reprefill", 1)]
-    ours = {first.path(name, size, weight.dtype, weight.device) for name, size in frames}
-    theirs = {CompiledPredictors(second).path(name, size, weight.dtype, weight.device) for name, size in frames}
-    assert all(path.exists() for path in ours) and not ours & theirs
+    frames = [what[:3] for what in first.frames]
+    assert sorted(frames) == sorted((name, sampling, size) for name, size in (("kv", 1), ("kv", 4), ("reprefill", 1))
+                                    for sampling in ("any", "greedy"))
+    ours = {first.path(*what, weight.dtype, weight.device) for what in frames}
+    theirs = {CompiledPredictors(second).path(*what, weight.dtype, weight.device) for what in frames}
+    assert len(ours) == len(frames) and all(path.exists() for path in ours) and not ours & theirs
     same = copy.deepcopy(first.cp)  # equal weights: the same packages (a second start finds them)
-    assert {CompiledPredictors(same).path(name, size, weight.dtype, weight.device) for name, size in frames} == ours
+    assert {CompiledPredictors(same).path(*what, weight.dtype, weight.device) for what in frames} == ours
 
 
 SECOND_START = """

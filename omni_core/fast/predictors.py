@@ -2,7 +2,8 @@
 
 `Predictors.run(kind, h, e0, generators, use_graph)` predicts CB1..CB15 for every row of a batch in one call:
 "reprefill" replays a CUDA graph on CUDA (unless a request opts out), runs the compiled
-frame with `compile=True`, else eager; "kv" is compiled or eager. Rows may mix greedy
+frame with `compile=True`, else eager; "kv" is compiled or eager. A batch whose rows all decode
+greedily (the default) draws no noise and, compiled, runs the greedy-only frame. Rows may mix greedy
 and sampled requests: each sampled row's noise comes from its own generator, greedy rows
 take the argmax (`choose(greedy_rows=...)`), so a row gets what it gets alone. Every path also
 returns each code's top-5 alternatives, computed in the same call (`alternatives=5`).
@@ -60,7 +61,9 @@ class Predictors:
     def _run(self, kind: str, h: torch.Tensor, e0: torch.Tensor, generators: list[torch.Generator | None],
              use_graph: bool):
         sample = [g is not None for g in generators]
-        if not any(sample) and self.compiled is None and not use_graph:
+        if not any(sample) and not use_graph:  # every row greedy: no noise, the greedy-only compiled frame
+            if self.compiled is not None:
+                return self.compiled.run(kind, h, e0)
             return EAGER[kind](self.cp, h, e0, GREEDY, alternatives=TOP_K_ALTERNATIVES)
         noise = torch.cat([self.cp.frame_noise(1, self.cp.sampling, g, self.device) if g is not None
                            else torch.ones(self.cp.num_code_groups - 1, 1, self.cp.lm_head[0].weight.shape[0],
