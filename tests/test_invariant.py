@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from omni_core.models import invariant
 from omni_core.models import onednn
 from omni_core.models.invariant import (ATEN_ONLY, MIN_RUN, NO_PACKING, ONEDNN, PLAIN, ROW, ROWWISE, SAFE, Linear, Plan,
-                                        candidates, choose, fastest, holds, linear, runs)
+                                        candidates, choose, fastest, first_holding, holds, linear, runs, with_many)
 
 from .conftest import our_pipeline
 
@@ -128,9 +128,10 @@ def timed(monkeypatch):
 
 def test_a_large_weight_is_timed_against_row_and_onednn(timed):
     large, _, _ = weights(1024, 3072, torch.float32)  # 12 MB
-    assert choose(large, None, {}) == ROW
+    row = with_many(ROW, first_holding(large, None))  # ROW, keeping the run for calls of several positions
+    assert row._replace(many_pad_min=0, many_chunk=0) == ROW and choose(large, None, {}) == row
     assert ROW in timed[0] and (ONEDNN in timed[0]) == holds(ONEDNN, large)
-    assert choose(large, None, {}, NO_PACKING) == ROW and ONEDNN not in timed[1]
+    assert choose(large, None, {}, NO_PACKING) == row and ONEDNN not in timed[1]
     assert all(p.kernel != "serial" for p in timed[0] + timed[1])
 
 
@@ -175,6 +176,37 @@ def test_row_holds_and_gives_f_linear_per_row():
     assert holds(ROW, weight, bias)
     x = torch.randn(5, 1024, generator=g)
     assert torch.equal(linear(x, weight, bias, ROW), torch.cat([F.linear(row[None], weight, bias) for row in x]))
+
+
+def test_row_keeps_its_run_for_calls_of_several_positions_per_request(monkeypatch):
+    """Under ROW a request's single position is its own 1-row call, but a call whose requests bring several
+    positions each ([B, T, K], a predictor's 2-position first step) runs the rows in the run's blocks:
+    one F.linear for 3 requests' 2 positions, not 6, and a lone request's 2 rows are exactly a plain 2-row
+    call (the official implementation's: on a CPU whose lone row takes another kernel than 2..32 rows, the
+    6 calls gave other bits), and, where the run holds, each request's rows equal its lone call's."""
+    assert with_many(ROW, Plan(2, 32)) == Plan(1, 1, "aten", 2, 32)
+    assert with_many(Plan(2, 15), Plan(2, 15)) == Plan(2, 15) and with_many(ONEDNN, Plan(4, 32)) == ONEDNN
+    weight, bias, g = weights(1024, 3072, torch.bfloat16, bias=True)
+    plan = with_many(ROW, Plan(2, 32))
+    x = torch.randn(3, 2, 1024, generator=g).to(torch.bfloat16)
+    plain, calls = F.linear, []
+
+    def counted(*args):
+        calls.append(args[0].numel() // args[0].shape[-1])  # rows
+        return plain(*args)
+
+    monkeypatch.setattr(F, "linear", counted)
+    together = linear(x, weight, bias, plan)
+    assert calls == [6]  # ROW alone: [1] * 6
+    alone = [linear(x[b:b + 1], weight, bias, plan) for b in range(3)]
+    calls.clear()
+    linear(x[:, :1], weight, bias, plan)
+    assert calls == [1, 1, 1]  # one position per request: a call per row, as ROW
+    monkeypatch.undo()
+    assert torch.equal(alone[0], F.linear(x[:1], weight, bias))
+    if holds(Plan(2, 32), weight, bias):  # the run holds on this CPU: a request's rows ignore the others
+        for b in range(3):
+            assert torch.equal(together[b:b + 1], alone[b])
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")

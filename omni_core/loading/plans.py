@@ -5,7 +5,7 @@ the real Qwen3-Omni widths in bfloat16 on a 2-core EPYC, most of it the 152k-row
 answer depends on the shape, the dtype and the machine's kernels (cache.machine), never on the
 weights' values, so a later load on the same machine reads it from
 <cache folder>/plans/<machine>-rule<N>.json: one file per machine and way of choosing
-(invariant.RULE), {shape key: [pad_min, chunk, kernel]}.
+(invariant.RULE), {shape key: [pad_min, chunk, kernel, many_pad_min, many_chunk]} (invariant.Plan).
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def read(device: torch.device) -> dict[tuple, Plan]:
     """The plans this machine chose before, by invariant.choose's key ({} if none or unreadable)."""
     try:
         table = json.loads(path(device).read_text())
-        return {_key(name): Plan(int(pad_min), int(chunk), str(kernel)) for name, (pad_min, chunk, kernel) in table.items()}
+        return {_key(name): Plan(int(pad_min), int(chunk), str(kernel), *map(int, many))
+                for name, (pad_min, chunk, kernel, *many) in table.items()}
     except (OSError, ValueError, TypeError, AttributeError):
         return {}
 

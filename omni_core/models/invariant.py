@@ -9,7 +9,8 @@ project's CPUs (BENCHMARKS.md, "Batch invariance"), every M in 1..32 at every po
                bfloat16 (oneDNN)    1-32 one class, except K = 6144, where 1 row differs from >= 2
   AMD EPYC     float32              1 | 2-3 | 4-32, at tiny and real widths; at 2 threads a row's
                                     bits in a 4-15 row call also depend on its position
-               bfloat16             1-32 one class, K = 6144 too
+               bfloat16             1-32 one class, K = 6144 too (family 25); 1 | 2-32 at K = 2048 and
+                                    3072 on family 26 (avx512_bf16)
 
 A `Plan(pad_min, chunk)` cuts a call so that every block has between pad_min and chunk rows
 (fewer rows are padded with zero rows, more are split), so every row runs in one class.
@@ -34,7 +35,10 @@ and MKL's one-thread row classes are long ones (EPYC: 4-32 at one thread, 2-3 at
   otherwise      pad 16 / chunk 32  the safe rule (every row in the 16-32 class), if it holds,
                  or ROWWISE: no GEMM, each row's products summed alone (a 1-output gate)
 
-so a lone request runs at a lone row's speed and its rows still equal any batched run.
+so a lone request runs at a lone row's speed and its rows still equal any batched run. Where ROW is
+chosen over a run (a lone row's kernel differs from the run's), the run is kept for calls whose
+requests bring several positions each (`with_many`): a lone request's T-position call is then the
+plain T-row call the official implementations make, not T 1-row calls.
 A request's own prefill is never batched with others' rows: it runs with plain F.linear
 (`exact()`), the kernels the official implementations use, so a lone bfloat16 request
 gives their exact codes.
@@ -59,6 +63,12 @@ class Plan(NamedTuple):
     pad_min: int  # a block of fewer rows is padded with zero rows up to this
     chunk: int  # a call of more rows is split into blocks of at most this
     kernel: str = "aten"  # "aten": F.linear; "onednn": the weight packed for oneDNN (onednn.py)
+    # ROW only (`with_many`): calls whose requests bring several positions each (x [B, T, K], T > 1: a
+    # predictor's first step, a codec chunk) run in F.linear blocks of many_pad_min..many_chunk rows, the
+    # holding run, instead of a call per row: a lone request's T rows then take the kernel a plain T-row call
+    # takes (0, 0: no such run; every row its own call)
+    many_pad_min: int = 0
+    many_chunk: int = 0
 
 
 SAFE = Plan(16, 32)  # the rule before plans: every row in float32's and bfloat16's 16-32 row kernel
@@ -75,7 +85,7 @@ PROBE_ROWS = 32  # row counts 1..PROBE_ROWS are mapped and checked
 MIN_RUN = 8  # a plan's run of row counts at least this long, where the CPU has one (`candidates`)
 LONE_ROW_SLACK = 1.5  # a plan's 1-row call may be at most this much slower than the fastest one's (`fastest`)
 TIMED_BYTES = 4 * 2**20  # weights this large choose their plan by timing: the kernel, not the calls, costs there
-RULE = 5  # the way plans are chosen; a change of it makes every machine choose its plans again (loading/plans.py)
+RULE = 6  # the way plans are chosen; a change of it makes every machine choose its plans again (loading/plans.py)
 _exact = False  # inside `exact()`: plain F.linear (a global, not a thread-local: compiled regions read it)
 
 
@@ -101,6 +111,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if _exact:
         return F.linear(x, weight, bias)
     x = x.contiguous()
+    if plan.many_chunk and x.dim() > 2 and x.shape[-2] > 1:  # several positions per request
+        plan = Plan(plan.many_pad_min, plan.many_chunk)
     if plan.kernel == "onednn":
         return onednn.linear(x, packed, bias, weight.shape[0], plan.chunk)
     if plan.kernel == "serial":
@@ -222,7 +234,18 @@ def _choose(weight: torch.Tensor, bias: torch.Tensor | None, kernels: str) -> Pl
     if not others:
         return plan
     plans = [plan, *others]
-    return fastest(plans, timings(plans, weight, bias, packed=packed, evict=large, repeats=7 if large else 21))
+    best = fastest(plans, timings(plans, weight, bias, packed=packed, evict=large, repeats=7 if large else 21))
+    return with_many(best, plan)
+
+
+def with_many(chosen: Plan, run: Plan) -> Plan:
+    """ROW, chosen over `run` (the holding run of more than one row, padded for a lone row), keeps `run` for
+    calls of several positions per request. Where a lone row's kernel differs from 2..32 rows' (bfloat16 at
+    K = 2048 and 3072 on an AMD EPYC of family 26), ROW alone would give a request's 2-position predictor
+    step two 1-row calls where the official implementation makes one 2-row call: other bits, other codes."""
+    if chosen != ROW or run.kernel != "aten":
+        return chosen
+    return chosen._replace(many_pad_min=run.pad_min, many_chunk=run.chunk)
 
 
 def fastest(plans: list[Plan], times: dict[Plan, tuple[float, float]]) -> Plan:
