@@ -172,7 +172,7 @@ class CompiledPredictors:
 
     def _load(self, name, sampling, size, dtype, device, report):
         path = self.path(name, sampling, size, dtype, device)
-        what = f"the {name} predictor frame ({sampling} sampling) for {size} rows"
+        what = f"the {name} predictor frame for {size} {'greedy rows' if sampling == 'greedy' else 'rows of any sampling'}"
         started = time.perf_counter()
         if path.exists():
             try:
