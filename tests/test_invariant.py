@@ -135,6 +135,18 @@ def test_a_large_weight_is_timed_against_row_and_onednn(timed):
     assert all(p.kernel != "serial" for p in timed[0] + timed[1])
 
 
+def test_a_large_bfloat16_weight_never_pads_a_lone_row(monkeypatch):
+    """Where a lone row's kernel differs from the run's (first_holding pads it), a bfloat16 weight takes ROW
+    (keeping the run for calls of several positions) even when the padded plan times fastest: a lone bfloat16
+    row must get the official 1-row call's bits. float32 still goes by the timings."""
+    monkeypatch.setattr(invariant, "first_holding", lambda weight, bias: Plan(2, 32))
+    monkeypatch.setattr(invariant, "timings", lambda plans, *args, **kwargs: {p: (1.0, 1.0) if p == Plan(2, 32)
+                                                                           else (1.0, 8.0) for p in plans})
+    for dtype, want in ((torch.bfloat16, Plan(1, 1, "aten", 2, 32)), (torch.float32, Plan(2, 32))):
+        large, _, _ = weights(1024, 3072, dtype)
+        assert choose(large, None, {}, NO_PACKING) == want, dtype
+
+
 def test_a_small_weight_takes_its_one_thread_plan(timed):
     """On one thread the one-thread plan is the plan (nothing to time); on more, it is timed against the
     thread count's own plan. Compiled graphs (ATEN_ONLY) never take it."""

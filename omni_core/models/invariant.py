@@ -31,7 +31,8 @@ and MKL's one-thread row classes are long ones (EPYC: 4-32 at one thread, 2-3 at
                                     one that holds there, cost 2.3-2.6x a 1-row call; BENCHMARKS.md (l));
                                     at 1 thread ONEDNN or ROW per shape; tiny widths: pad 4 / chunk 32
                                     on one thread ("serial", which holds whatever the engine's threads)
-  bfloat16       pad 1 / chunk 32   no padding at all; pad 2 / chunk 32 at K = 6144 on the Xeon
+  bfloat16       pad 1 / chunk 32   no padding at all where 1-32 rows are one class; else ROW (LONE_ROW_EXACT:
+                                    a lone bfloat16 row takes the 1-row kernel, as the official calls do)
   otherwise      pad 16 / chunk 32  the safe rule (every row in the 16-32 class), if it holds,
                  or ROWWISE: no GEMM, each row's products summed alone (a 1-output gate)
 
@@ -84,8 +85,13 @@ ATEN_ONLY, NO_PACKING, ALL_KERNELS = "aten", "aten+serial", "aten+serial+onednn"
 PROBE_ROWS = 32  # row counts 1..PROBE_ROWS are mapped and checked
 MIN_RUN = 8  # a plan's run of row counts at least this long, where the CPU has one (`candidates`)
 LONE_ROW_SLACK = 1.5  # a plan's 1-row call may be at most this much slower than the fastest one's (`fastest`)
+# Dtypes whose lone row must take the 1-row kernel, as the official implementations' lone call does: no padded
+# plan for a large weight, whatever the timings. In bfloat16 a padded lone row's last bits changed Qwen3-TTS
+# 0.6B's greedy codes (AMD EPYC of family 26: 1024x2048 and 1024x3072 padded to 16 rows when a loaded machine
+# timed the padded plan within LONE_ROW_SLACK); float32's codes have kept to the 2-row padding (Xeon).
+LONE_ROW_EXACT = (torch.bfloat16, torch.float16)
 TIMED_BYTES = 4 * 2**20  # weights this large choose their plan by timing: the kernel, not the calls, costs there
-RULE = 6  # the way plans are chosen; a change of it makes every machine choose its plans again (loading/plans.py)
+RULE = 7  # the way plans are chosen; a change of it makes every machine choose its plans again (loading/plans.py)
 _exact = False  # inside `exact()`: plain F.linear (a global, not a thread-local: compiled regions read it)
 
 
@@ -230,6 +236,8 @@ def _choose(weight: torch.Tensor, bias: torch.Tensor | None, kernels: str) -> Pl
         if packed is not None and holds(ONEDNN, weight, bias, packed=packed):
             others.append(ONEDNN)
         if plan.pad_min > 1:  # an unpadded plan's lone row is ROW's: it is never slower than ROW
+            if weight.dtype in LONE_ROW_EXACT:
+                return with_many(ROW, plan)
             others.append(ROW)
     if not others:
         return plan
