@@ -172,7 +172,8 @@ class CompiledPredictors:
 
     def _load(self, name, sampling, size, dtype, device, report):
         path = self.path(name, sampling, size, dtype, device)
-        what = f"the {name} predictor frame for {size} {'greedy rows' if sampling == 'greedy' else 'rows of any sampling'}"
+        rows = f"{size} row{'s' if size > 1 else ''}"
+        what = f"the {name} predictor frame for {rows}, {'greedy' if sampling == 'greedy' else 'any sampling'}"
         started = time.perf_counter()
         if path.exists():
             try:
