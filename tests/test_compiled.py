@@ -57,9 +57,8 @@ def test_after_warm_up_nothing_compiles_again():
     no other test's request has compiled anything the warm-up missed."""
     pipe = compiled_pipeline("tiny")  # warmed up when it was made, before any request
     # The KV frame once per bucket (1, 4) and the re-prefill frame at 1 row, each greedy-only and for every
-    # mix, built or loaded; one step per
-    # stack: nothing compiled twice (a rotary table first built inside a graph once made the warm-up's first
-    # request compile again).
+    # mix, built or loaded; one step per stack: nothing compiled twice (a rotary table first built inside a
+    # graph once made the warm-up's first request compile again).
     frames = pipe.predictors.compiled
     assert frames.built + frames.loaded == FRAMES_UP_TO_4 and WARM_UP_GRAPHS["tiny"] == 2
     with torch._dynamo.config.patch(error_on_recompile=True):

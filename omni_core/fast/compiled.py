@@ -138,8 +138,10 @@ class CompiledPredictors:
         B = h.shape[0]
         sampled = () if noise is None else (noise, greedy_rows)
         if name in ROW_BY_ROW and B > 1:  # each row through the 1-row frame: what it gets alone
-            rows = [self.run(name, h[b:b + 1], e0[b:b + 1], *((noise[:, b:b + 1], greedy_rows[b:b + 1]) if sampled else ()))
-                    for b in range(B)]
+            def row(b):
+                return (noise[:, b:b + 1], greedy_rows[b:b + 1]) if sampled else ()
+
+            rows = [self.run(name, h[b:b + 1], e0[b:b + 1], *row(b)) for b in range(B)]
             return tuple(torch.cat(parts) for parts in zip(*rows))
         size = bucket(B)
         if size is None:
