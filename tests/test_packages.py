@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import copy
 import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -133,3 +137,22 @@ def test_loading_marks_a_package_used(built):
     with torch.no_grad():
         torch.testing.assert_close(packages.load(path)(x), module(x))
     assert packages.prune(path.parent) == [other] and path.exists() and not other.exists()
+
+
+def test_a_killed_process_leaves_no_extracted_package(built, tmp_path):
+    """torch extracts a package into a temporary folder and deletes it only at a normal exit; `load`
+    deletes it once loaded, so a process that is killed (a stopped Space, an out-of-memory kill) leaves
+    nothing behind (4.7 GB a frame at real size). The package still computes after the deletion."""
+    (module, path), _ = built
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    script = (f"import os, signal, torch\nfrom omni_core.fast import packages\n"
+              f"frame = packages.load({str(path)!r})\n"
+              f"x = torch.ones(3, 8)\nprint(float(frame(x).sum()), flush=True)\n"
+              f"os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = dict(os.environ, TMPDIR=str(temp), PYTHONPATH=str(Path(__file__).parents[1]))
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    with torch.no_grad():
+        assert float(run.stdout) == pytest.approx(float(module(torch.ones(3, 8)).sum()), rel=1e-5)
+    assert list(temp.iterdir()) == []

@@ -25,6 +25,7 @@ import hashlib
 import itertools
 import json
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -92,15 +93,43 @@ def build(module: torch.nn.Module, args: tuple, path: Path) -> None:
     prune(path.parent)
 
 
+_loading = threading.Lock()  # one load at a time: `_extracted` tells this load's folder from another's
+
+
 def load(path: Path) -> Callable:
     """The package's compiled function: call it with the exported arguments; returns its outputs.
-    Marks the file used (its modification time), which `prune` goes by."""
-    frame = torch._inductor.aoti_load_package(str(path))
+    Marks the file used (its modification time), which `prune` goes by.
+
+    torch extracts the package into a temporary folder (aotinductor_XXXXXX) and deletes it only when
+    the process exits normally: a process that is killed (a stopped Space, SIGTERM, an out-of-memory
+    kill) leaves it behind, 24 MB a frame for the tiny model and 4.7 GB at real size. The loaded code is
+    mapped into memory by then, so the folder is deleted right after loading (on Linux, where the
+    process's mappings name it)."""
+    with _loading:
+        before = _extracted()
+        frame = torch._inductor.aoti_load_package(str(path))
+        for folder in _extracted() - before:
+            shutil.rmtree(folder, ignore_errors=True)
     try:
         os.utime(path)
     except OSError:  # a read-only cache folder
         pass
     return frame
+
+
+def _extracted() -> set[Path]:
+    """The temporary folders (aotinductor_XXXXXX) of extracted packages whose files this process has
+    mapped; empty where /proc/self/maps is missing (not Linux)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return set()
+    found = set()
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)  # address, perms, offset, device, inode[, path]
+        if len(fields) == 6:
+            found.update(p for p in Path(fields[5]).parents if p.name.startswith("aotinductor_"))
+    return found
 
 
 UNUSED_DAYS = 30  # a package no process loaded for this long is deleted when another one is built
