@@ -111,7 +111,9 @@ class Lab:
                     yield from self._finish(take, event.result, pending)
                     return
                 first_audio = bool(pending) and len(take.audio) == len(pending)
-                if first_audio or take.frames - drawn >= max(UPDATE_EVERY, take.frames // MAX_UPDATES):
+                due = first_audio or take.frames - drawn >= max(UPDATE_EVERY, take.frames // MAX_UPDATES)
+                # Stopped: the frames still queued are read without drawing, so the last update comes at once
+                if due and not take.cancel.is_set():
                     drawn = take.frames
                     yield SynthOut(audio=self._chunk(pending), heatmap=self.figure(take, live=True),
                                    stats=panels.running(request.predictor, take.frames, self.frame_s,
