@@ -24,25 +24,27 @@ from omni_core.fast.buckets import buckets_up_to
 from tests.conftest import our_pipeline
 
 
-WARM_UP_GRAPHS: dict[str, int] = {}  # preset → graphs dynamo compiled while it warmed up, less the frames' exports
+WARM_UP_GRAPHS: dict[str, int] = {}  # preset → graphs dynamo compiled while it warmed up, less what it built
 
 
 @functools.lru_cache(maxsize=None)
 def compiled_pipeline(preset: str):
     """One compiled pipeline per preset for the whole session (each graph compiles for a minute or more).
-    At most 4 requests per step: predictor buckets 1 and 4. 'tiny' is warmed up at once, as
-    `app.py --compile` does: every path compiled before its first request (which
-    test_after_warm_up_nothing_compiles_again holds it to, and which the other tests then reuse)."""
+    At most 4 requests per step: buckets 1 and 4. 'tiny' is warmed up at once, as `app.py --compile`
+    does: every path compiled before its first request (which test_after_warm_up_nothing_compiles_again
+    holds it to, and which the other tests then reuse)."""
     pipe = load_pipeline(preset, device="cpu", compile=True, max_batch=4)
     if preset == "tiny":
         before = counters["stats"]["unique_graphs"]
         pipe.warm_up()
-        WARM_UP_GRAPHS[preset] = counters["stats"]["unique_graphs"] - before - pipe.predictors.compiled.built
+        built = pipe.predictors.compiled.built + sum(steps.built for steps in pipe.steps)
+        WARM_UP_GRAPHS[preset] = counters["stats"]["unique_graphs"] - before - built
     return pipe
 
 
 # The KV frame per bucket, the re-prefill frame at 1 row (ROW_BY_ROW); each greedy-only and for every mix
 FRAMES_UP_TO_4 = 2 * (len(buckets_up_to(4)) + 1)
+STEPS_UP_TO_4 = 2 * len(buckets_up_to(4))  # the thinker's and the talker's decode step per bucket
 FRAMES = 70  # past the talker cache's first capacity (prompt + 64): it grows inside the compiled step
 
 
@@ -57,15 +59,20 @@ def test_after_warm_up_nothing_compiles_again():
     no other test's request has compiled anything the warm-up missed."""
     pipe = compiled_pipeline("tiny")  # warmed up when it was made, before any request
     # The KV frame once per bucket (1, 4) and the re-prefill frame at 1 row, each greedy-only and for every
-    # mix, built or loaded; one step per stack: nothing compiled twice (a rotary table first built inside a
-    # graph once made the warm-up's first request compile again).
+    # mix, and each stack's decode step per bucket, built or loaded; nothing else compiled (a rotary table
+    # first built inside a graph once made the warm-up's first request compile again).
     frames = pipe.predictors.compiled
-    assert frames.built + frames.loaded == FRAMES_UP_TO_4 and WARM_UP_GRAPHS["tiny"] == 2
-    with torch._dynamo.config.patch(error_on_recompile=True):
-        for mode, predictor in (("chat", "kv"), ("speak", "reprefill")):
-            pipe.generate(SpeechRequest("A longer request than the warm-up.", mode=mode, predictor=predictor,
-                                        max_frames=100, max_text_tokens=12))
-    assert frames.built + frames.loaded == FRAMES_UP_TO_4
+
+    def made():
+        return (frames.built + frames.loaded, sum(s.built + s.loaded for s in pipe.steps),
+                counters["stats"]["unique_graphs"])
+
+    before = made()
+    assert before[:2] == (FRAMES_UP_TO_4, STEPS_UP_TO_4) and WARM_UP_GRAPHS["tiny"] == 0
+    for mode, predictor in (("chat", "kv"), ("speak", "reprefill")):
+        pipe.generate(SpeechRequest("A longer request than the warm-up.", mode=mode, predictor=predictor,
+                                    max_frames=100, max_text_tokens=12))
+    assert made() == before
 
 
 @pytest.mark.parametrize("predictor,do_sample", [("kv", False), ("reprefill", False), ("kv", True)])
@@ -186,19 +193,20 @@ import json, sys, time
 from omni_core import SpeechRequest, load_pipeline
 started = time.perf_counter()
 pipe = load_pipeline("tiny", device="cpu", compile=True, max_batch=4, threads=1)
-pipe.warm_up()
+pipe.warm_up(lambda message: print(message, file=sys.stderr))
 ready = time.perf_counter() - started
 request = SpeechRequest(**json.loads(sys.argv[1]))
 codes = pipe.generate(request).codes.tolist()
 frames = pipe.predictors.compiled
-print(json.dumps(dict(built=frames.built, loaded=frames.loaded, ready_s=ready, codes=codes)))
+print(json.dumps(dict(built=frames.built, loaded=frames.loaded, ready_s=ready, codes=codes,
+                      steps_built=sum(s.built for s in pipe.steps), steps_loaded=sum(s.loaded for s in pipe.steps))))
 pipe.close()
 """
 
 
 def test_a_second_process_loads_the_compiled_frames_instead_of_compiling():
-    """The frames this process compiled are kept in the cache folder: a new process with the same model
-    builds none, loads every one, and decodes the same codes (the steps come from inductor's cache)."""
+    """The frames and decode steps this process compiled are kept in the cache folder: a new process with
+    the same model builds none, loads every one, and decodes the same codes."""
     pipe = compiled_pipeline("tiny")  # built or loaded every frame of buckets 1 and 4 (re-prefill: 1)
     args = dict(text="Tell me about the sea.", mode="chat", predictor="kv", seed=3, max_frames=24, max_text_tokens=8)
     root = Path(__file__).resolve().parents[1]
@@ -206,7 +214,9 @@ def test_a_second_process_loads_the_compiled_frames_instead_of_compiling():
                           timeout=600, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode == 0, done.stderr[-3000:]
     second = json.loads(done.stdout.strip().splitlines()[-1])
-    assert (second["built"], second["loaded"]) == (0, FRAMES_UP_TO_4), second
+    said = done.stderr[-3000:]  # what the warm-up reported
+    assert (second["built"], second["loaded"]) == (0, FRAMES_UP_TO_4), said
+    assert (second["steps_built"], second["steps_loaded"]) == (0, STEPS_UP_TO_4), said
     np.testing.assert_array_equal(np.array(second["codes"]), pipe.generate(SpeechRequest(**args)).codes)
     print(f"second start with compile=True ready in {second['ready_s']:.1f} s")
 
@@ -225,10 +235,44 @@ def test_concurrent_compiled_requests_equal_their_solo_runs():
     assert max(r.stats.batch_max for r in together) >= 2
 
 
-def test_hitting_the_recompile_limit_is_an_error_not_a_silent_fall_to_eager():
-    from omni_core.fast.compiled import strict
+def test_one_compiled_decode_call_per_step_for_all_rows():
+    """Compiled, the talker's decode step is one call for every row (padded to the bucket), never a call per
+    row; staggered caches (other lengths and capacities in one call) run the same compiled step."""
+    from tests.test_engine import collect
 
-    double = strict(torch.compile(lambda x: x * 2, dynamic=False, recompile_limit=1), "the test step")
-    assert torch.equal(double(torch.ones(2)), torch.full((2,), 2.0))
-    with pytest.raises(RuntimeError, match="the test step hit torch.compile's recompile limit"):
-        double(torch.ones(3))  # a second shape: a second graph, over the limit of 1
+    pipe = compiled_pipeline("tiny")
+    talker = pipe.talker.model.rows_step
+    calls, original = [], talker._bucket
+
+    def recording(h, cos, sin, caches):
+        calls.append(h.shape[0])
+        return original(h, cos, sin, caches)
+
+    talker._bucket = recording
+    try:
+        requests = [SpeechRequest(f"Row {i} speaks{'.' * 20 * i}", predictor="kv", max_frames=8, seed=i)
+                    for i in range(3)]  # prompts of other lengths: caches of other lengths in one call
+        results = [collect(s) for s in pipe.stream_together(requests)]
+    finally:
+        del talker._bucket
+    assert all(r.stats.frames == 8 for r in results)
+    assert calls == [3] * 7  # the first frame comes from the prefill: 7 decode steps, all 3 rows in each
+    assert sum(s.built for s in pipe.steps) + sum(s.loaded for s in pipe.steps) == STEPS_UP_TO_4
+
+
+def test_a_step_whose_guards_refuse_a_call_says_so():
+    """A loaded step checks its guards at every call; every call the engine makes holds them (a free slot
+    after the new position, grad mode off). A call that does not is refused with an error, never run."""
+    pipe = compiled_pipeline("tiny")
+    stack = pipe.talker.model
+    step = stack.rows_step.step(1, torch.float32, torch.device("cpu"))
+    cache = stack.new_cache(1, 3, stack.norm.weight)
+    cache.length = 2  # the new position fills the buffer: no free slot after it
+    h = torch.zeros(1, 1, stack.cfg.hidden_size)
+    cos, sin = stack.row_tables([cache], h)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="Guard"):
+        step(h, cos, sin, [cache])
+    with torch.no_grad():  # the same call through the stack: it reserves the slot first
+        got = stack.rows_step(h, cos, sin, [cache])
+        want = stack.layers_rows(h, cos, sin, [stack.new_cache(1, 8, stack.norm.weight)])
+    assert got.shape == want.shape and cache.k[0].shape[2] >= 4

@@ -2,7 +2,7 @@
 
 predictors.py  Predictors: the code predictor's path, chosen once per pipeline
 buckets.py     the one table of batch buckets (compiled frames and CUDA graphs)
-compiled.py    compiled predictor frames (ahead of time) and one-token decode steps (torch.compile)
-packages.py    compiled frames kept across processes: AOTInductor packages in the cache folder
+compiled.py    compiled predictor frames and decode steps, both compiled ahead of time and kept in the cache folder
+packages.py    the cache folder's compiled files: names, AOTInductor packages, pruning
 cuda_graph.py  the re-prefill predictor captured as CUDA graphs
 """

@@ -19,77 +19,49 @@ without Python in between. What is compiled:
   the cost of a packed copy of the predictor's weights per batch size. The frames are
   compiled ahead of time (AOTInductor) into packages kept in the cache folder
   (packages.py): the first start compiles them, a later one loads them;
-- the one-token step of the thinker and of the talker (`DecoderStack.token_step`),
-  with symbolic sizes, so the growing KV cache does not recompile it. The engine runs it
-  once per request in a step (batch 1, as alone): batching rows through it would give
-  other floats than a request gets alone.
+- the decode step of the thinker and of the talker (`CompiledSteps`, `DecoderStack.rows_step`): one
+  new token for every row of the engine's step in one call, each row with its own cache (projections
+  and MoE batched through the batch-invariant matmuls, attention per row over exactly its own past, as
+  alone), rows padded with spare rows to their bucket. Cache lengths and capacities are symbolic, so
+  growing and staggered caches run the same code. Each bucket's step is compiled ahead of time
+  (torch's `aot_compile`: dynamo's graph and guards, inductor's code) into a file in the cache folder
+  beside the packages: a later process loads it instead of tracing and compiling again.
 
-Every pipeline compiles its own copies of the steps (`fresh`); a predictor's packages are
-its own too (their names hold a digest of its weights).
+A predictor's packages and a stack's steps are its own (their names hold a digest of its weights).
 
 Eager is the reference; compiled must give the same codes (tests/test_compiled.py).
-The first call for a shape compiles: a minute or more per predictor frame for the tiny
-model on 2 cores, minutes at real size; the steps come from inductor's on-disk cache in a
-later process.
+The first process compiles: a minute or more per predictor frame for the tiny model on 2 cores,
+minutes at real size, and tens of seconds per decode step; a later process loads them.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-import types
+from pathlib import Path
 
 import torch
 import torch._dynamo
 import torch._inductor.config
+import torch.fx.experimental._config
 import torch.nn.functional as F
 
 from omni_core.fast import packages
-from omni_core.fast.buckets import BUCKETS, bucket, buckets_up_to
+from omni_core.fast.buckets import BUCKETS, bucket, buckets_up_to, chunks
 from omni_core.models.code_predictor import GREEDY, CodePredictor, predict_kv, predict_reprefill
 from omni_core.models.decoder import DecoderStack
+from omni_core.models.layers import KVCache
 from omni_core.models.sampling import TOP_K_ALTERNATIVES
 
-# The one-token steps: the code launching the kernels is C++, not Python, built apart from the kernels
+# The decode steps: the code launching the kernels is C++, not Python, built apart from the kernels
 # (a first compile ~20% shorter on 2 cores at the same speed).
 OPTIONS = {"cpp_wrapper": True, "cpp_wrapper_build_separate": True}
-# Graphs one step may compile before `strict` raises: it meets caches of several lengths and capacities
-# in one engine step. Set per compiled region, not in dynamo's process-wide config (which other code may change).
-RECOMPILE_LIMIT = 64
 # Predictors whose compiled batches run row by row through the 1-row frame. A re-prefill frame of B rows
 # re-runs B x 1..16 positions per step, 15 steps unrolled: the largest graph there is, at 4 rows 6-11 minutes
 # to build on 2 cores and far longer at 16 (a first `--compile` start at the app's max batch of 16 would spend
 # most of an hour on them). Row by row, B rows cost B 1-row frames; the KV frames keep their buckets.
 ROW_BY_ROW = ("reprefill",)
-
-
-def strict(compiled, what: str):
-    """`compiled`, except that hitting its recompile limit raises an error that says so: dynamo's
-    default is to fall back to eager without a word (speed, and bit-identity with solo runs, lost).
-    The setting is set around each call by hand: a config `patch()` builds a class per call (~10 us, on a
-    one-token step of ~300 us)."""
-    dynamo = torch._dynamo.config
-
-    def call(*args, **kwargs):
-        saved = dynamo.fail_on_recompile_limit_hit
-        dynamo.fail_on_recompile_limit_hit = True
-        try:
-            return compiled(*args, **kwargs)
-        except torch._dynamo.exc.FailOnRecompileLimitHit as exc:
-            raise RuntimeError(f"{what} hit torch.compile's recompile limit ({RECOMPILE_LIMIT} graphs): a shape "
-                               f"or type it was not warmed up for keeps changing; load without compile=True, "
-                               f"or report the shapes ({exc})") from exc
-        finally:
-            dynamo.fail_on_recompile_limit_hit = saved
-
-    return call
-
-
-def fresh(fn):
-    """A copy of `fn` with its own code object. Dynamo keeps its compiled graphs (and its
-    recompile limit) per code object, so each pipeline compiling its own copy never sees
-    another pipeline's graphs, frozen weights or guards."""
-    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
 class Frame(torch.nn.Module):
@@ -214,11 +186,137 @@ class CompiledPredictors:
                         self.frame(name, sampling, size, weight.dtype, weight.device, report)
 
 
-def compile_step(stack: DecoderStack) -> None:
-    """Give `stack` a compiled one-token step (its forward uses it for T == 1 with a cache)."""
+SPARE_LENGTH = 2  # a padding row's cache length: its write lands on the same slot every step
 
-    def step(h, cos, sin, cache):
-        return stack.run_layers(h, cos, sin, cache)
 
-    stack.token_step = strict(torch.compile(fresh(step), fullgraph=True, dynamic=True, options=OPTIONS,
-                                            recompile_limit=RECOMPILE_LIMIT), "the compiled one-token step")
+class CompiledSteps:
+    """A stack's decode step (`DecoderStack.layers_rows`), compiled per batch bucket: B rows run as one
+    call, padded with spare rows (zero inputs, caches of their own that are written, never advanced).
+    Each bucket's step is compiled ahead of time (dynamo's graph and guards, inductor's code) into a
+    file in the cache folder; a later process loads it (a second or two) instead of tracing again (the
+    graph holds every row's attention: tens of seconds per bucket even with inductor's cache warm).
+
+    The guards of a loaded step are checked at every call; a call they refuse raises. They hold for any
+    cache of length >= 1 with a free slot after the new position (`reserve`), which every call ensures."""
+
+    def __init__(self, stack: DecoderStack):
+        self.stack = stack
+        self.steps: dict[tuple, object] = {}  # (bucket, dtype, device) → the compiled step
+        self.built = self.loaded = 0  # steps compiled by this object / read from the cache
+        self.lock = threading.Lock()
+        self._spares: list[KVCache] = []
+        self._digest: str | None = None  # of the stack's weights and plans (read-only once loaded)
+
+    def __call__(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
+        """layers_rows for B rows: h [B, 1, C], cos/sin [B, 1, 1, D] → [B, 1, C] (caches written, not advanced)."""
+        with torch.no_grad():  # the guards hold grad mode off, as the engine runs
+            parts = [self._bucket(h[rows], cos[rows], sin[rows], caches[rows]) for rows in chunks(h.shape[0])]
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+    def _bucket(self, h, cos, sin, caches: list[KVCache]) -> torch.Tensor:
+        B = h.shape[0]
+        size = bucket(B)
+        pad = size - B
+        for cache in caches:
+            cache.reserve(cache.length + 2)  # the free slot the guards want after the new position
+        # New tensors, never views (the guards would hold the base's sizes), zero rows after: [size, ...]
+        h, cos, sin = (torch.cat([t, t.new_zeros((pad, *t.shape[1:]))]) for t in (h, cos, sin))
+        return self.step(size, h.dtype, h.device)(h, cos, sin, caches + self.spares(pad, h))[:B]
+
+    def spares(self, n: int, like: torch.Tensor) -> list[KVCache]:
+        """n caches for padding rows (length SPARE_LENGTH), kept across calls."""
+        if self._spares and (self._spares[0].k[0].dtype, self._spares[0].k[0].device) != (like.dtype, like.device):
+            self._spares = []
+        while len(self._spares) < n:
+            cache = self.stack.new_cache(1, SPARE_LENGTH + 2, like)
+            cache.length = SPARE_LENGTH
+            self._spares.append(cache)
+        return self._spares[:n]
+
+    def step(self, size: int, dtype: torch.dtype, device: torch.device, report=None):
+        """The compiled step for `size` rows: loaded once, from the cache folder, built there if missing."""
+        what = (size, dtype, device)
+        if what not in self.steps:
+            with self.lock:
+                if what not in self.steps:
+                    self.steps[what] = self._load(size, dtype, device, report or (lambda message: None))
+        return self.steps[what]
+
+    def path(self, size: int, dtype: torch.dtype, device: torch.device) -> Path:
+        if self._digest is None:
+            self._digest = packages.module_digest(self.stack)
+        what = dict(fn="step", stack=type(self.stack).__name__, rows=size, dtype=dtype, device=device.type)
+        return packages.folder() / packages.key(what, self._digest, suffix=".step")
+
+    def _load(self, size, dtype, device, report):
+        path = self.path(size, dtype, device)
+        what = f"the {type(self.stack).__name__} decode step for {size} row{'s' if size > 1 else ''}"
+        started = time.perf_counter()
+        if path.exists():
+            try:
+                with open(path, "rb") as file:
+                    step = torch.compiler.load_compiled_function(file, f_globals=globals(),
+                                                                 external_data={"stack": self.stack})
+                self.loaded += 1
+                packages.touch(path)
+                report(f"{what}: loaded in {time.perf_counter() - started:.1f} s")
+                return step
+            except Exception as exc:  # a damaged file, or one another torch wrote: build it again
+                report(f"{path.name} could not be loaded ({exc}); compiling it again")
+        report(f"compiling {what} (tens of seconds on 2 cores; kept in {path.parent} for the next start)")
+        step = self._build(size, dtype, device)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            step.save_compiled_function(str(tmp), external_data={"stack": self.stack})
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        packages.prune(path.parent)
+        self.built += 1
+        report(f"{what}: compiled in {time.perf_counter() - started:.0f} s")
+        return step
+
+    def _build(self, size: int, dtype: torch.dtype, device: torch.device):
+        """Trace and compile layers_rows for `size` rows on example caches whose lengths and capacities all
+        differ and exceed 1 (sizes 0 and 1, or two equal ones, would be built in as constants)."""
+        like = torch.empty((), dtype=dtype, device=device)
+        caches = []
+        for b in range(size):
+            cache = self.stack.new_cache(1, 2 * size + 5 + 3 * b, like)
+            cache.length = 2 + b
+            for buf in cache.k + cache.v:
+                torch._dynamo.mark_dynamic(buf, 2)
+            caches.append(cache)
+        h = torch.zeros(size, 1, self.stack.cfg.hidden_size, dtype=dtype, device=device)
+        cos, sin = self.stack.row_tables(caches, h)
+        stack = self.stack
+
+        def step(h, cos, sin, caches):
+            return stack.layers_rows(h, cos, sin, caches)
+
+        # The guards' state is pickled with the stack's attributes: not this object (its lock cannot be)
+        saved, stack.rows_step = stack.rows_step, None
+        try:
+            with torch.no_grad(), torch._dynamo.config.patch(specialize_float=True), \
+                    torch.fx.experimental._config.patch(use_duck_shape=False):
+                return torch.compile(step, fullgraph=True, dynamic=True, options=OPTIONS).aot_compile(
+                    ((h, cos, sin, caches), {}))
+        finally:
+            stack.rows_step = saved
+
+    def warm_up(self, max_rows: int, report=None) -> None:
+        """Load (or build) the step of every bucket a batch of up to `max_rows` rows uses."""
+        like = self.stack.norm.weight
+        for size in buckets_up_to(max_rows):
+            self.step(size, like.dtype, like.device, report)
+
+
+def compile_steps(stack: DecoderStack) -> CompiledSteps:
+    """Give `stack` compiled decode steps (its decode_rows calls them); returns them.
+    A loaded step's C++ is built again unless inductor's cache folder still holds it (~13 s a step on 2
+    cores): unless TORCHINDUCTOR_CACHE_DIR says otherwise, that folder is the cache folder's "inductor"
+    (kept like the steps), not torch's default in /tmp (gone at a reboot)."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(packages.folder().parent / "inductor"))
+    stack.rows_step = CompiledSteps(stack)
+    return stack.rows_step

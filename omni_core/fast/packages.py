@@ -67,14 +67,15 @@ def module_digest(module: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def key(what: dict, module_digest: str) -> str:
-    """A package's file name: `what` (readable) plus a digest of it, the module and the versions."""
+def key(what: dict, module_digest: str, suffix: str = ".pt2") -> str:
+    """A package's file name: `what` (readable) plus a digest of it, the module and the versions.
+    suffix: ".pt2" (an AOTInductor package) or ".step" (a compiled decode step: compiled.py)."""
     # machine() holds the kernel threads (inductor writes the thread count into the C++) and torch's build
     parts = dict(what, module=module_digest, machine=machine(torch.device(what["device"])), source=source_digest(),
                  format=FORMAT)
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
     readable = "-".join(str(v).replace("torch.", "") for v in what.values())
-    return f"{readable}-{digest}.pt2"
+    return f"{readable}-{digest}{suffix}"
 
 
 def build(module: torch.nn.Module, args: tuple, path: Path) -> None:
@@ -110,11 +111,16 @@ def load(path: Path) -> Callable:
         frame = torch._inductor.aoti_load_package(str(path))
         for folder in _extracted() - before:
             shutil.rmtree(folder, ignore_errors=True)
+    touch(path)
+    return frame
+
+
+def touch(path: Path) -> None:
+    """Mark a file in the cache folder used (its modification time), which `prune` goes by."""
     try:
         os.utime(path)
     except OSError:  # a read-only cache folder
         pass
-    return frame
 
 
 def _extracted() -> set[Path]:
@@ -132,6 +138,7 @@ def _extracted() -> set[Path]:
     return found
 
 
+SUFFIXES = (".pt2", ".step")  # what `prune` may delete
 UNUSED_DAYS = 30  # a package no process loaded for this long is deleted when another one is built
 
 
@@ -140,7 +147,7 @@ def prune(folder: Path, days: float = UNUSED_DAYS) -> list[Path]:
     omni_core's code, the weights or torch names new ones (25-100 MB each for the tiny model, far more
     at real size), and the old ones would pile up. Returns what it deleted."""
     cutoff, gone = time.time() - days * 86400, []
-    for old in folder.glob("*.pt2"):
+    for old in itertools.chain(*(folder.glob(f"*{suffix}") for suffix in SUFFIXES)):
         try:
             if old.stat().st_mtime < cutoff:
                 old.unlink()

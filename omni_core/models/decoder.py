@@ -1,6 +1,6 @@
 """A decoder layer (attention, then a dense MLP or the sparse MoE) and the stack of them that the
-thinker, talker and code predictor are: prefill, one-token steps (eager or compiled), and one
-token for each of several requests with their own caches (`decode_rows`)."""
+thinker, talker and code predictor are: prefill, and one token for each of several requests with
+their own caches (`decode_rows`: eager, or one compiled call for all the rows)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ class DecoderStack(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rope = Rope(cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
-        self.token_step = None  # run_layers for one new token, compiled (fast/compiled.py); None: eager
+        # layers_rows for B rows in one compiled call (fast/compiled.py: CompiledSteps); None: eager
+        self.rows_step = None
 
     def new_cache(self, batch: int, capacity: int, like: torch.Tensor) -> KVCache:
         c = self.cfg
@@ -52,11 +53,7 @@ class DecoderStack(nn.Module):
         if cache is not None:
             assert start == cache.length, f"position {start} != cache length {cache.length}"
         cos, sin = self.rope.table(start, T, h.device, h.dtype)
-        if self.token_step is not None and T == 1 and cache is not None:
-            cache.reserve(start + 2)  # a spare slot: a step that fills the buffer exactly compiles again
-            h = self.token_step(h, cos, sin, cache)
-        else:
-            h = self.run_layers(h, cos, sin, cache)
+        h = self.run_layers(h, cos, sin, cache)
         if cache is not None:
             cache.advance(T)
         return h
@@ -71,15 +68,22 @@ class DecoderStack(nn.Module):
     def decode_rows(self, h: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
         """One new token for each of B requests with their own caches: h [B, 1, C] → [B, 1, C].
         Row b sits at position caches[b].length. A row's floats do not depend on the other rows
-        (batch-invariant matmuls, attention per row). Compiled: each row takes the compiled
-        one-token step, as it does alone."""
-        if self.token_step is not None:
-            return torch.cat([self(h[b:b + 1], cache, cache.length) for b, cache in enumerate(caches)])
-        tables = [self.rope.table(c.length, 1, h.device, h.dtype) for c in caches]
-        cos = torch.stack([t[0] for t in tables])[:, None]  # [B, 1, 1, D]: one position per row
-        sin = torch.stack([t[1] for t in tables])[:, None]
-        for layer in self.layers:
-            h = layer.decode_rows(h, cos, sin, caches)
+        (batch-invariant matmuls, attention per row). Compiled (`rows_step`): one call for all the
+        rows, padded to a batch bucket."""
+        cos, sin = self.row_tables(caches, h)
+        h = (self.rows_step or self.layers_rows)(h, cos, sin, caches)
         for cache in caches:
             cache.advance(1)
+        return h
+
+    def row_tables(self, caches: list[KVCache], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary cos, sin [B, 1, 1, D] of each row's next position (caches[b].length): new tensors."""
+        tables = [self.rope.table(c.length, 1, like.device, like.dtype) for c in caches]
+        return tuple(torch.stack([t[i][None] for t in tables]) for i in (0, 1))
+
+    def layers_rows(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                    caches: list[KVCache]) -> torch.Tensor:
+        """`decode_rows`' layers and final norm (the caches are written, not advanced)."""
+        for layer in self.layers:
+            h = layer.decode_rows(h, cos, sin, caches)
         return self.norm(h)

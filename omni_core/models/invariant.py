@@ -324,7 +324,8 @@ class Linear(nn.Linear):
 
     def __setstate__(self, state) -> None:
         super().__setstate__(state)
-        if self.plan.kernel == "onednn":
+        # (A compiled step's guards pickle a module with what they do not read left out: no plan, no weight.)
+        if isinstance(self.plan, Plan) and self.plan.kernel == "onednn" and isinstance(self.weight, torch.Tensor):
             self.packed = onednn.pack(self.weight)
 
 
