@@ -260,6 +260,32 @@ def test_one_compiled_decode_call_per_step_for_all_rows():
     assert sum(s.built for s in pipe.steps) + sum(s.loaded for s in pipe.steps) == STEPS_UP_TO_4
 
 
+@pytest.mark.parametrize("name", ["thinker", "talker"])
+def test_each_row_of_a_compiled_step_gets_the_floats_it_gets_alone(name):
+    """The floats, not only the codes: every row of one compiled call for several rows (a full bucket, and
+    one padded with a spare row) equals that row's call alone, bit for bit, with caches of other lengths.
+    (Codes hide a last bit: inductor once computed the talker's [1, 1] shared-expert gate with scalar code
+    alone and [N, 1] with vector code, and the codes stayed equal.)"""
+    pipe = compiled_pipeline("tiny")
+    stack = getattr(pipe, name).model
+    gen = torch.Generator().manual_seed(1)
+    for rows in (4, 3) * 6:  # 42 rows: a last bit that differs only for some inputs must show
+        caches = []
+        for b in range(rows):
+            cache = stack.new_cache(1, 16 + 8 * b, stack.norm.weight)
+            cache.length = 5 + 3 * b
+            for buf in cache.k + cache.v:
+                buf[:, :, :cache.length] = torch.randn(buf[:, :, :cache.length].shape, generator=gen)
+            caches.append(cache)
+        h = torch.randn(rows, 1, stack.cfg.hidden_size, generator=gen)
+        cos, sin = stack.row_tables(caches, h)
+        together = stack.rows_step(h, cos, sin, caches)
+        for b in range(rows):
+            alone = stack.rows_step(h[b:b + 1], cos[b:b + 1], sin[b:b + 1], [caches[b]])
+            assert torch.equal(together[b:b + 1], alone), f"{name}: row {b} of {rows} differs from its call alone"
+    assert stack.rows_step.steps.keys() >= {(1, torch.float32, torch.device("cpu")), (4, torch.float32, torch.device("cpu"))}
+
+
 def test_a_step_whose_guards_refuse_a_call_says_so():
     """A loaded step checks its guards at every call; every call the engine makes holds them (a free slot
     after the new position, grad mode off). A call that does not is refused with an error, never run."""

@@ -123,5 +123,11 @@ class SparseMoe(nn.Module):
         on_device = T == 1 and (torch.compiler.is_compiling() or (x.device.type not in HOST_READS_ON and B > 1))
         out = (self.experts.rows if on_device else self.experts)(flat, *self.gate(flat))
         if self.shared_expert is not None:
-            out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
+            gate = self.shared_expert_gate(flat)  # [N, 1]
+            if torch.compiler.is_compiling():
+                # Inductor computes a [1, 1] tensor's sigmoid with scalar code and an [N, 1] one's with vector
+                # code, whose exp rounds otherwise: a row would get other bits alone than beside others. Over
+                # [N, C] every row's sigmoid is the same vector code.
+                gate = gate.expand(-1, C)
+            out = out + torch.sigmoid(gate) * self.shared_expert(flat)
         return out.view(B, T, C)
