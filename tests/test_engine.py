@@ -44,7 +44,11 @@ def collect(stream: Stream):
 
 
 def assert_same(got, want):
+    """Bit for bit: codes, text and audio, and the floats behind the codes (each code's probability and its
+    alternatives'), where a last bit that no code shows would otherwise hide."""
     np.testing.assert_array_equal(got.codes, want.codes)
+    for floats in ("probs", "top_codes", "top_probs"):
+        np.testing.assert_array_equal(getattr(got, floats), getattr(want, floats), err_msg=floats)
     assert got.text_ids == want.text_ids
     np.testing.assert_array_equal(got.audio, want.audio)  # the codec decodes rows together, each as alone
 

@@ -41,6 +41,8 @@ class CodePredictorModel(DecoderStack):
         super().__init__(cfg)
         self.codec_embedding = nn.ModuleList(nn.Embedding(cfg.vocab_size, embedding_dim)
                                              for _ in range(num_code_groups - 1))
+        for layer in self.layers:  # every request's rows share its calls: attention on one thread
+            layer.self_attn.serial = True
 
 
 class CodePredictor(nn.Module):

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from omni_core.models.config import DecoderConfig
-from omni_core.models.invariant import Linear
+from omni_core.models.invariant import Linear, on_one_thread
 
 
 class RMSNorm(nn.Module):
@@ -127,6 +127,13 @@ class KVCache:
 
 
 class Attention(nn.Module):
+    # Rows of several requests share this module's calls (the code predictor's: `CodePredictorModel`): its
+    # attention runs on one thread. At 2 threads ATen's CPU kernel splits a query's keys across the threads
+    # by the call's batch and heads, so a row got other bits beside others than alone (torch 2.13, one query
+    # over 9 or more keys); on one thread every row's bits are its own. The talker's and thinker's decode
+    # gives each row a call of its own (`decode_rows`) and keeps every thread.
+    serial = False
+
     def __init__(self, cfg: DecoderConfig, qk_norm: bool = True):
         super().__init__()
         H, KVH, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
@@ -161,6 +168,11 @@ class Attention(nn.Module):
         if causal and L != T:
             mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril(L - T)
             causal = False
+        if self.serial and not torch.compiler.is_compiling():  # (a compiled graph cannot switch threads)
+            return on_one_thread(self._sdpa, q, k, v, mask, causal)
+        return self._sdpa(q, k, v, mask, causal)
+
+    def _sdpa(self, q, k, v, mask, causal):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
                                               scale=self.head_dim ** -0.5, enable_gqa=True)
 
