@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from omni_core.models.code_predictor import PREDICTOR_SAMPLING, predict_kv, predict_reprefill
@@ -44,13 +45,23 @@ def test_kv_cache_grows_by_one_per_step(pipe):
     assert lengths == list(range(2, 17))
 
 
-def test_row_alone_equals_row_in_batch(pipe):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_row_alone_equals_row_in_batch(pipe, threads):
+    """Every output of every row, floats included, bit for bit; on 2 threads too (ATen's attention splits a
+    query's keys across them by the call's batch: the predictor's attention runs on one thread)."""
     cp = pipe.talker.code_predictor
     h, e0 = inputs(pipe, batch=4)
-    for predict in (predict_reprefill, predict_kv):
-        batch = predict(cp, h, e0)[0]
-        alone = predict(cp, h[2:3], e0[2:3])[0]
-        torch.testing.assert_close(alone[0], batch[2], rtol=0, atol=0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for predict in (predict_reprefill, predict_kv):
+            batch = predict(cp, h, e0, alternatives=5)  # codes, probs, embeds, top codes, top probs
+            for row in range(4):
+                alone = predict(cp, h[row:row + 1], e0[row:row + 1], alternatives=5)
+                for got, want in zip(alone, batch):
+                    torch.testing.assert_close(got[0], want[row], rtol=0, atol=0)
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_inputs_are_not_modified(pipe):

@@ -168,7 +168,8 @@ class Attention(nn.Module):
         if causal and L != T:
             mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril(L - T)
             causal = False
-        if self.serial and not torch.compiler.is_compiling():  # (a compiled graph cannot switch threads)
+        # (A GPU's kernel has no CPU threads to split; a compiled graph cannot switch threads.)
+        if self.serial and q.device.type == "cpu" and not torch.compiler.is_compiling():
             return on_one_thread(self._sdpa, q, k, v, mask, causal)
         return self._sdpa(q, k, v, mask, causal)
 
