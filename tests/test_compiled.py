@@ -257,7 +257,7 @@ def test_one_compiled_decode_call_per_step_for_all_rows():
         del talker._bucket
     assert all(r.stats.frames == 8 for r in results)
     assert calls == [3] * 7  # the first frame comes from the prefill: 7 decode steps, all 3 rows in each
-    assert sum(s.built for s in pipe.steps) + sum(s.loaded for s in pipe.steps) == STEPS_UP_TO_4
+    assert sum(s.built + s.loaded for s in pipe.steps) == STEPS_UP_TO_4
 
 
 @pytest.mark.parametrize("name", ["thinker", "talker"])
@@ -283,7 +283,8 @@ def test_each_row_of_a_compiled_step_gets_the_floats_it_gets_alone(name):
         for b in range(rows):
             alone = stack.rows_step(h[b:b + 1], cos[b:b + 1], sin[b:b + 1], [caches[b]])
             assert torch.equal(together[b:b + 1], alone), f"{name}: row {b} of {rows} differs from its call alone"
-    assert stack.rows_step.steps.keys() >= {(1, torch.float32, torch.device("cpu")), (4, torch.float32, torch.device("cpu"))}
+    cpu = torch.device("cpu")
+    assert stack.rows_step.steps.keys() >= {(1, torch.float32, cpu), (4, torch.float32, cpu)}
 
 
 def test_a_step_whose_guards_refuse_a_call_says_so():
