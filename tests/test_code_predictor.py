@@ -64,6 +64,27 @@ def test_row_alone_equals_row_in_batch(pipe, threads):
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("T,L,given", [(1, 12, False), (2, 2, False), (3, 7, False), (2, 5, True)])
+def test_attention_in_loops_is_the_attention(T, L, given):
+    """What a compiled predictor frame runs on a CPU (its own loops instead of ATen's kernel): the same
+    attention within float32 rounding, grouped heads, causal new positions and a given mask included."""
+    from torch.nn.functional import scaled_dot_product_attention
+
+    from omni_core.models.layers import attention_in_loops
+
+    g = torch.Generator().manual_seed(T * 100 + L)
+    q = torch.randn(3, 4, T, 16, generator=g)
+    k, v = torch.randn(3, 2, L, 16, generator=g), torch.randn(3, 2, L, 16, generator=g)
+    mask, causal = None, not given and T > 1
+    if causal and L != T:  # new positions after a past, as `Attention.attend` builds the mask
+        mask, causal = torch.ones(T, L, dtype=torch.bool).tril(L - T), False
+    if given:
+        mask = torch.rand(T, L, generator=g) > 0.3
+        mask[:, 0] = True  # every query sees a key
+    want = scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=0.25, enable_gqa=True)
+    torch.testing.assert_close(attention_in_loops(q, k, v, mask, causal, 0.25), want)
+
+
 def test_inputs_are_not_modified(pipe):
     h, e0 = inputs(pipe)
     h0, e00 = h.clone(), e0.clone()

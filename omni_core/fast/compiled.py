@@ -56,7 +56,7 @@ from omni_core.models.sampling import TOP_K_ALTERNATIVES
 
 # The decode steps: the code launching the kernels is C++, not Python, built apart from the kernels
 # (a first compile ~20% shorter on 2 cores at the same speed).
-OPTIONS = {"cpp_wrapper": True, "cpp_wrapper_build_separate": True}
+OPTIONS = {"cpp_wrapper": True, "cpp_wrapper_build_separate": True, **packages.CPU_KERNELS}
 # Predictors whose compiled batches run row by row through the 1-row frame. A re-prefill frame of B rows
 # re-runs B x 1..16 positions per step, 15 steps unrolled: the largest graph there is, at 4 rows 6-11 minutes
 # to build on 2 cores and far longer at 16 (a first `--compile` start at the app's max batch of 16 would spend

@@ -10,10 +10,9 @@ process loads it in under a second.
 
 A package's name holds a digest of everything its code depends on (`key`): what it is
 (function, batch bucket, dtype, device), the module's parameters (names, shapes, strides,
-dtypes and bytes) and matmul plans, the kernel threads (inductor writes the thread count
-into the C++), the machine (cache.machine: its C++ is built for this CPU), torch's version and
-omni_core's own source. Anything else gets another
-package; packages are written to a temporary name and renamed into place, so two
+dtypes and bytes) and matmul plans, the kernel threads (the GEMMs' bits depend on them), the machine
+(cache.machine: its C++ is built for this CPU), torch's version and omni_core's own source. Anything
+else gets another package; packages are written to a temporary name and renamed into place, so two
 processes building the same one never see half of it. Packages no process has loaded for 30
 days are deleted when a new one is built (`prune`).
 """
@@ -38,6 +37,11 @@ from omni_core.cache import machine
 from omni_core.synthetic.tiny import cache_dir
 
 FORMAT = 1  # bump when what a package holds changes in a way the key does not see
+# Inductor's own kernels (the norms, softmaxes and elementwise ops between the GEMMs) run on one thread. On
+# more, it split a lone row's long sums across the threads (the softmax over 2048 codes of a 1-row frame, a norm
+# at real widths) and added the parts, while each row of a batch is summed whole by one thread: a row got other
+# last bits alone than beside others. The GEMMs it calls keep the engine's threads.
+CPU_KERNELS = {"cpp.threads": 1}
 
 
 def folder() -> Path:
@@ -70,7 +74,7 @@ def module_digest(module: torch.nn.Module) -> str:
 def key(what: dict, module_digest: str, suffix: str = ".pt2") -> str:
     """A package's file name: `what` (readable) plus a digest of it, the module and the versions.
     suffix: ".pt2" (an AOTInductor package) or ".step" (a compiled decode step: compiled.py)."""
-    # machine() holds the kernel threads (inductor writes the thread count into the C++) and torch's build
+    # machine() holds the kernel threads (the GEMMs' plans depend on them) and torch's build
     parts = dict(what, module=module_digest, machine=machine(torch.device(what["device"])), source=source_digest(),
                  format=FORMAT)
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
@@ -87,7 +91,7 @@ def build(module: torch.nn.Module, args: tuple, path: Path) -> None:
         with torch.no_grad():
             program = torch.export.export(module, args, strict=True)
             torch._inductor.aoti_compile_and_package(program, package_path=str(tmp),
-                                                     inductor_configs={"freezing": True})
+                                                     inductor_configs={"freezing": True, **CPU_KERNELS})
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

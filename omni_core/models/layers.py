@@ -126,12 +126,30 @@ class KVCache:
         self.length += n
 
 
+def attention_in_loops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                       causal: bool, scale: float) -> torch.Tensor:
+    """Attention written as products, sums and a softmax, for a compiled graph on a CPU: inductor writes them
+    as loops of its own, in which each row's and head's sums run whole, in one order, whatever the batch
+    (its kernels run on one thread: fast/compiled.py). q [B, H, T, D] over k, v [B, KVH, L, D] → [B, H, T, D]."""
+    B, H, T, D = q.shape
+    KVH, L = k.shape[1], k.shape[2]
+    q = q.view(B, KVH, H // KVH, T, 1, D)  # each key head's query heads
+    k, v = k[:, :, None, None], v[:, :, None, None]  # [B, KVH, 1, 1, L, D]
+    scores = (q * k).sum(-1) * scale  # [B, KVH, H / KVH, T, L]
+    if causal:
+        mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril(L - T)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    return (scores.softmax(-1).unsqueeze(-1) * v).sum(-2).view(B, H, T, D)
+
+
 class Attention(nn.Module):
     # Rows of several requests share this module's calls (the code predictor's: `CodePredictorModel`): its
     # attention runs on one thread. At 2 threads ATen's CPU kernel splits a query's keys across the threads
     # by the call's batch and heads, so a row got other bits beside others than alone (torch 2.13, one query
-    # over 9 or more keys); on one thread every row's bits are its own. The talker's and thinker's decode
-    # gives each row a call of its own (`decode_rows`) and keeps every thread.
+    # over 9 or more keys); on one thread every row's bits are its own. A compiled graph cannot switch
+    # threads, so there it is written out (`attention_in_loops`). The talker's and thinker's decode gives each
+    # row a call of its own (`decode_rows`) and keeps every thread.
     serial = False
 
     def __init__(self, cfg: DecoderConfig, qk_norm: bool = True):
@@ -168,8 +186,9 @@ class Attention(nn.Module):
         if causal and L != T:
             mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril(L - T)
             causal = False
-        # (A GPU's kernel has no CPU threads to split; a compiled graph cannot switch threads.)
-        if self.serial and q.device.type == "cpu" and not torch.compiler.is_compiling():
+        if self.serial and q.device.type == "cpu":  # (a GPU's kernel has no CPU threads to split)
+            if torch.compiler.is_compiling():  # a graph cannot switch threads; it calls ATen's kernel as it is
+                return attention_in_loops(q, k, v, mask, causal, self.head_dim ** -0.5)
             return on_one_thread(self._sdpa, q, k, v, mask, causal)
         return self._sdpa(q, k, v, mask, causal)
 
