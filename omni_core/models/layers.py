@@ -130,7 +130,7 @@ def attention_in_loops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
                        causal: bool, scale: float) -> torch.Tensor:
     """Attention written as products, sums and a softmax, for a compiled graph on a CPU: inductor writes them
     as loops of its own, in which each row's and head's sums run whole, in one order, whatever the batch
-    (its kernels run on one thread: fast/packages.py CPU_KERNELS). q [B, H, T, D] over k, v [B, KVH, L, D] → [B, H, T, D]."""
+    (its kernels run on one thread: packages.CPU_KERNELS). q [B, H, T, D] over k, v [B, KVH, L, D] → [B, H, T, D]."""
     B, H, T, D = q.shape
     KVH, L = k.shape[1], k.shape[2]
     q = q.view(B, KVH, H // KVH, T, 1, D)  # each key head's query heads
