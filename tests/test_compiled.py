@@ -287,29 +287,6 @@ def test_each_row_of_a_compiled_step_gets_the_floats_it_gets_alone(name):
     assert stack.rows_step.steps.keys() >= {(1, torch.float32, cpu), (4, torch.float32, cpu)}
 
 
-def test_each_row_of_a_compiled_predictor_frame_gets_its_floats_alone_on_two_threads():
-    """A Space's engine runs on every core (2 here): on 2 kernel threads too, every row of a compiled KV frame
-    of 4 rows (full, and 3 padded) equals its 1-row frame, floats included. Two things had broken it, each
-    alone enough: ATen's attention kernel in the graph splits a query's keys across the threads by the call's
-    batch, and inductor split a lone row's softmax sum over the 2048 codes across the threads."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)  # the frames run in this thread, as in the engine's
-    pipe = load_pipeline("tiny", device="cpu", compile=True, max_batch=4, threads=2)
-    try:
-        frames, width = pipe.predictors.compiled, pipe.talker.code_predictor.embedding_dim
-        gen = torch.Generator().manual_seed(2)
-        for rows in (4, 3, 4):
-            h, e0 = torch.randn(rows, width, generator=gen), torch.randn(rows, width, generator=gen)
-            together = frames.run("kv", h, e0)
-            for b in range(rows):
-                alone = frames.run("kv", h[b:b + 1], e0[b:b + 1])
-                for name, got, want in zip(("codes", "probs", "embeds", "top codes", "top probs"), together, alone):
-                    assert torch.equal(got[b:b + 1], want), f"row {b} of {rows}: its {name} differ from its frame alone"
-    finally:
-        pipe.close()
-        torch.set_num_threads(threads)
-
-
 def test_a_step_whose_guards_refuse_a_call_says_so():
     """A loaded step checks its guards at every call; every call the engine makes holds them (a free slot
     after the new position, grad mode off). A call that does not is refused with an error, never run."""
