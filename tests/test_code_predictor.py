@@ -70,19 +70,19 @@ def test_attention_in_loops_is_the_attention(T, L, given):
     attention within float32 rounding, grouped heads, causal new positions and a given mask included."""
     from torch.nn.functional import scaled_dot_product_attention
 
-    from omni_core.models.layers import attention_in_loops
+    from omni_core.models.layers import attention_in_loops, causal_mask
 
     g = torch.Generator().manual_seed(T * 100 + L)
     q = torch.randn(3, 4, T, 16, generator=g)
     k, v = torch.randn(3, 2, L, 16, generator=g), torch.randn(3, 2, L, 16, generator=g)
-    mask, causal = None, not given and T > 1
-    if causal and L != T:  # new positions after a past, as `Attention.attend` builds the mask
-        mask, causal = torch.ones(T, L, dtype=torch.bool).tril(L - T), False
+    mask = causal_mask(T, L, "cpu") if T > 1 else None  # new positions after a past, as `Attention.attend` has it
     if given:
         mask = torch.rand(T, L, generator=g) > 0.3
         mask[:, 0] = True  # every query sees a key
-    want = scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=0.25, enable_gqa=True)
-    torch.testing.assert_close(attention_in_loops(q, k, v, mask, causal, 0.25), want)
+    causal = mask is not None and L == T and not given  # ATen's own causal flag where it applies
+    want = scaled_dot_product_attention(q, k, v, attn_mask=None if causal else mask, is_causal=causal, scale=0.25,
+                                        enable_gqa=True)
+    torch.testing.assert_close(attention_in_loops(q, k, v, mask, 0.25), want)
 
 
 def test_inputs_are_not_modified(pipe):

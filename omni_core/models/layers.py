@@ -126,20 +126,24 @@ class KVCache:
         self.length += n
 
 
+def causal_mask(T: int, L: int, device) -> torch.Tensor:
+    """[T, L] bool: the last T of L positions each see the past and themselves, not what follows."""
+    return torch.ones(T, L, dtype=torch.bool, device=device).tril(L - T)
+
+
 def attention_in_loops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                       causal: bool, scale: float) -> torch.Tensor:
+                       scale: float) -> torch.Tensor:
     """Attention written as products, sums and a softmax, for a compiled graph on a CPU: inductor writes them
     as loops of its own, in which each row's and head's sums run whole, in one order, whatever the batch
-    (its kernels run on one thread: packages.CPU_KERNELS). q [B, H, T, D] over k, v [B, KVH, L, D] → [B, H, T, D]."""
+    (its kernels run on one thread: packages.CPU_KERNELS). q [B, H, T, D] over k, v [B, KVH, L, D], mask [T, L]
+    bool or None → [B, H, T, D]."""
     B, H, T, D = q.shape
-    KVH, L = k.shape[1], k.shape[2]
+    KVH = k.shape[1]
     q = q.view(B, KVH, H // KVH, T, 1, D)  # each key head's query heads
     k, v = k[:, :, None, None], v[:, :, None, None]  # [B, KVH, 1, 1, L, D]
     scores = (q * k).sum(-1) * scale  # [B, KVH, H / KVH, T, L]
-    if causal:
-        mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril(L - T)
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        scores = scores.masked_fill(~mask, float("-inf"))
     return (scores.softmax(-1).unsqueeze(-1) * v).sum(-2).view(B, H, T, D)
 
 
@@ -184,11 +188,11 @@ class Attention(nn.Module):
         # Causal within the new positions, full over the past.
         causal = mask is None and T > 1
         if causal and L != T:
-            mask = torch.ones(T, L, dtype=torch.bool, device=q.device).tril(L - T)
-            causal = False
+            mask, causal = causal_mask(T, L, q.device), False
         if self.serial and q.device.type == "cpu":  # (a GPU's kernel has no CPU threads to split)
             if torch.compiler.is_compiling():  # a graph cannot switch threads; it calls ATen's kernel as it is
-                return attention_in_loops(q, k, v, mask, causal, self.head_dim ** -0.5)
+                return attention_in_loops(q, k, v, causal_mask(T, L, q.device) if causal else mask,
+                                          self.head_dim ** -0.5)
             return on_one_thread(self._sdpa, q, k, v, mask, causal)
         return self._sdpa(q, k, v, mask, causal)
 
