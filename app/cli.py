@@ -63,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--codec-threads", type=_at_least_zero, default=0,
                         help="decode the audio in a process of its own with this many CPU threads, beside the "
                              "engine's next step (CPU only; the same audio); 0, the default: in the engine's thread")
+    parser.add_argument("--codec-processes", type=_at_least_one, default=1,
+                        help="decode the audio in this many such processes (of --codec-threads threads, 1 if not "
+                             "given), each request's stream in one: a step's audio decodes in parallel (CPU only)")
     parser.add_argument("--max-batch", type=_at_least_one, default=MAX_BATCH,
                         help=f"requests the engine advances together in one step (default: {MAX_BATCH}); more wait in the queue")
     parser.add_argument("--no-batch-invariance", dest="batch_invariant", action="store_false",

@@ -3,7 +3,8 @@
 One pipeline per way, the same requests (N simultaneous speak-mode requests of `frames` frames, one thread
 each, as Gradio runs them: bench (f)'s `run_concurrently`), rounds interleaving the ways. "thread tN": the
 engine at N kernel threads decodes the audio in its step; "process t1+1": the engine at 1 thread, the codec in
-a process at 1 thread (`codec_threads=1`, engine/codec_process.py). Prints the aggregate frames/s (median over
+a process at 1 thread (`codec_threads=1`, engine/codec_process.py); "processes t1+1x2": two such processes, the
+streams spread over them (`codec_processes=2`, engine/codec_pool.py). Prints the aggregate frames/s (median over
 rounds), first-audio latency (pooled), and each count over one at once.
 
     .venv/bin/python -m benchmarks.codec_process [--compile] [--predictor kv] [--counts 1 8 16] [--rounds 3]
@@ -18,7 +19,8 @@ from benchmarks.bench import run_concurrently, summarize
 from omni_core import SpeechRequest, load_pipeline
 from omni_core.engine.threads import rest_engines
 
-WAYS = {"thread t2": dict(threads=2), "thread t1": dict(threads=1), "process t1+1": dict(threads=1, codec_threads=1)}
+WAYS = {"thread t2": dict(threads=2), "thread t1": dict(threads=1), "process t1+1": dict(threads=1, codec_threads=1),
+        "processes t1+1x2": dict(threads=1, codec_threads=1, codec_processes=2)}
 
 
 def main(model: str, compile: bool, predictor: str, counts: list[int], rounds: int, ways: list[str],
@@ -42,7 +44,7 @@ def main(model: str, compile: bool, predictor: str, counts: list[int], rounds: i
                     runs[w].append(run_concurrently(pipe, requests))
             for w in pipes:
                 s = out[n, w] = summarize(runs[w])
-                print(f"{n:3d} at once  {w:13s} {s['frames_per_s']:7.1f} frames/s  first audio p50 "
+                print(f"{n:3d} at once  {w:16s} {s['frames_per_s']:7.1f} frames/s  first audio p50 "
                       f"{s['first_audio_p50_s']:.3f} s p95 {s['first_audio_p95_s']:.3f} s  rounds "
                       f"{[round(r['frames_per_s'], 1) for r in runs[w]]}", flush=True)
         for w in pipes:

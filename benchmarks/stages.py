@@ -6,7 +6,7 @@ with timers, then runs N simultaneous speak-mode requests (bench (f)'s `run_conc
 milliseconds per engine step of each (and how many calls a step makes), and the first step alone (the newcomers'
 prompts, first frame and first audio). A profile, not a benchmark: the timers cost a little themselves.
 
-    .venv/bin/python -m benchmarks.stages [--model tiny] [--dtype auto] [--compile] [--codec-threads 1]
+    .venv/bin/python -m benchmarks.stages [--model tiny] [--dtype auto] [--compile] [--codec-threads 1] [--codec-processes 1]
         [--threads 1] [--counts 1 8] [--frames 60] [--rounds 2] [--predictor kv]
 """
 
@@ -72,7 +72,8 @@ def install() -> Timers:
 def main(args) -> None:
     timers = install()
     pipe = load_pipeline(args.model, device="cpu", dtype=args.dtype, compile=args.compile, threads=args.threads,
-                         codec_threads=args.codec_threads or None, max_batch=max(args.counts),
+                         codec_threads=args.codec_threads or None,
+                         codec_processes=args.codec_processes, max_batch=max(args.counts),
                          max_waiting=max(args.counts))
     try:
         if args.compile:
@@ -99,6 +100,7 @@ if __name__ == "__main__":  # the codec process is spawned: its start must not r
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--codec-threads", type=int, default=0, help="0: the codec in the engine's thread")
+    parser.add_argument("--codec-processes", type=int, default=1, help="codec processes (with --codec-threads)")
     parser.add_argument("--threads", type=int, default=None, help="the engine's kernel threads (default: all)")
     parser.add_argument("--counts", nargs="*", type=int, default=[1, 8])
     parser.add_argument("--frames", type=int, default=60)

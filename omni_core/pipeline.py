@@ -34,7 +34,7 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
                   compile: bool = False, revision: str | None = None, force: bool = False,
                   max_batch: int = 16, max_waiting: int | None = None, max_unread: int = MAX_UNREAD,
                   stall_s: float = STALL_S, batch_invariant: bool = True,
-                  codec_threads: int | None = None) -> "Pipeline":
+                  codec_threads: int | None = None, codec_processes: int = 1) -> "Pipeline":
     """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape; 'tiny-tts' a Qwen3-TTS
     CustomVoice one), a checkpoint directory (Qwen3-Omni, or Qwen3-TTS: model_type qwen3_tts), or a hub
     id ('Qwen/Qwen3-Omni-30B-A3B-Instruct', 'Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice', fetched into the
@@ -63,11 +63,18 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     codec_threads: decode the audio in a process of its own with this many kernel threads, while the
     engine runs its next step (engine/codec_process.py; CPU only, the same audio bits as in the engine's
     thread at that many threads); None: the engine's thread decodes it within its step.
+    codec_processes: this many codec processes (of codec_threads kernel threads, 1 when not given), each
+    request's stream in one of them (engine/codec_pool.py: a step's chunks decode in parallel, e.g.
+    newcomers' first audio; the same audio).
     Close the pipeline (`close()`, or `with load_pipeline(...) as pipe:`) to end its engine thread."""
     options = dict(time_budget_s=time_budget_s, max_waiting=max_waiting, max_unread=max_unread, stall_s=stall_s)
     Scheduler(max_batch, **options)  # a bad option fails now, not after loading
     if codec_threads is not None and int(codec_threads) < 1:
         raise ValueError(f"codec_threads must be a positive number of CPU threads (got {codec_threads!r})")
+    if int(codec_processes) < 1:
+        raise ValueError(f"codec_processes must be a positive number of processes (got {codec_processes!r})")
+    if int(codec_processes) > 1 and codec_threads is None:
+        codec_threads = 1
     threads = max(1, int(threads)) if threads is not None else torch.get_num_threads()
     # Compiled graphs take the plain weights (inductor packs its own): no oneDNN plans' packed copies.
     loaded = in_passing_thread(threads, load_model, source, device=device, dtype=dtype, revision=revision,
@@ -78,7 +85,7 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     if codec_threads is not None and loaded.device.type != "cpu":
         raise ValueError(f"codec_threads runs the codec on CPU threads; this model is on {loaded.device}")
     pipe = Pipeline(loaded, max_batch=max_batch, compile=compile, threads=threads, codec_threads=codec_threads,
-                    **options)
+                    codec_processes=int(codec_processes), **options)
     pipe.batch_invariant = bool(batch_invariant)
     return pipe
 

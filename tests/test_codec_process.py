@@ -1,7 +1,7 @@
-"""The codec in a process of its own (engine/codec_process.py): every request's audio is bit for bit what the
-engine's own thread decodes (one kernel thread each), chunks come back in order and before Done, a chunk
-that fails fails its request alone, and a codec process that dies fails the requests it held while later
-requests get a new one."""
+"""The codec in a process of its own (engine/codec_process.py), or in several (engine/codec_pool.py): every
+request's audio is bit for bit what the engine's own thread decodes (one kernel thread each), chunks come
+back in order and before Done, a chunk that fails fails its request alone, and a codec process that dies
+fails the requests it held (the other processes' go on) while later requests get a new one."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import torch
 
 from omni_core import AudioChunk, Done, Frame, SpeechRequest, load_pipeline
 from omni_core.engine import codec_process
+from omni_core.engine.codec_pool import CodecPool
 from omni_core.engine.codec_process import CodecProcess, CodecProcessError
 
 from .conftest import our_pipeline
@@ -36,6 +37,39 @@ def test_requests_get_the_audio_the_engines_thread_decodes(split):
     for got, want in zip(staggered(split, MIX[:5]), solo):
         assert_same(got, want)  # codes, and the audio bit for bit
         assert got.stats.codec_s > 0  # the process's time, charged when the audio is back
+
+
+def test_streams_spread_over_two_processes_get_the_audio_the_engines_thread_decodes():
+    """Two codec processes: the streams alternate between them, a step's groups are cut by process, and
+    every request's audio is still its solo decode's, bit for bit."""
+    with load_pipeline("tiny", device="cpu", codec_processes=2) as pipe:
+        pool = pipe.engine.runner.codec_pool
+        assert len(pool.members) == 2 and pipe.engine.codec_threads == 1
+        solo = [our_pipeline("tiny").generate(r) for r in MIX[:5]]
+        for got, want in zip(staggered(pipe, MIX[:5]), solo):
+            assert_same(got, want)
+        assert all(member.next_tag > 0 for member in pool.members)  # both decoded chunks
+
+
+def test_a_codec_process_that_dies_fails_its_own_streams_alone():
+    """Of two processes, the one killed fails the request whose stream it held; the other request, in the
+    other process, gets all its audio (its solo decode's); the next request opens in a new process."""
+    requests = [SpeechRequest("Cut short.", max_frames=200), SpeechRequest("Goes on.", max_frames=30, seed=1)]
+    with load_pipeline("tiny", device="cpu", codec_processes=2) as pipe:
+        pool = pipe.engine.runner.codec_pool
+        doomed, going = pipe.stream_together(requests)  # opened in members 0 and 1
+        for event in doomed:
+            if isinstance(event, AudioChunk):
+                break
+        killed = pool.members[0]
+        os.kill(killed._process.pid, signal.SIGKILL)
+        with pytest.raises(CodecProcessError, match="the codec process (ended|is gone)"):
+            for _ in doomed:
+                pass
+        assert_same(collect(going), our_pipeline("tiny").generate(requests[1]))
+        after = SpeechRequest("After the crash.", max_frames=9)
+        assert_same(pipe.generate(after), our_pipeline("tiny").generate(after))
+        assert pool.members[0] is not killed and not killed.alive and pool.members[1].alive
 
 
 def test_a_clones_reference_codes_go_first_in_the_process():
@@ -83,8 +117,9 @@ def test_the_engine_waits_for_a_slow_codec_one_step_behind():
     than the step, the engine never has more than that step's chunk and a finished row's last one out."""
     with load_pipeline("tiny", device="cpu", codec_threads=1) as pipe:
         runner = pipe.engine.runner
-        runner.codec_process.close()
-        process = runner.codec_process = CodecProcess(SlowCodec(pipe.code2wav), threads=1)
+        runner.codec_pool.close()
+        runner.codec_pool = CodecPool(SlowCodec(pipe.code2wav), threads=1)
+        process = runner.codec_pool.members[0]
         out, real = [], process.push
 
         def push(items, callback):
@@ -126,7 +161,7 @@ def test_a_codec_process_that_dies_fails_its_requests_and_a_new_one_serves_the_n
     for event in stream:
         if isinstance(event, AudioChunk):
             break
-    process = split.engine.runner.codec_process
+    process = split.engine.runner.codec_pool.members[0]
     os.kill(process._process.pid, signal.SIGKILL)
     with pytest.raises(CodecProcessError, match="the codec process (ended|is gone)"):
         for _ in stream:
@@ -136,7 +171,7 @@ def test_a_codec_process_that_dies_fails_its_requests_and_a_new_one_serves_the_n
         time.sleep(0.05)
     request = SpeechRequest("After the crash.", max_frames=9)
     assert_same(split.generate(request), our_pipeline("tiny").generate(request))
-    assert split.engine.runner.codec_process is not process
+    assert split.engine.runner.codec_pool.members[0] is not process
 
 
 def test_a_hung_codec_process_is_ended_and_its_request_fails(monkeypatch):
@@ -144,9 +179,9 @@ def test_a_hung_codec_process_is_ended_and_its_request_fails(monkeypatch):
     reason and the next one gets a new process."""
     monkeypatch.setattr(codec_process, "STALL_S", 1.0)
     with load_pipeline("tiny", device="cpu", codec_threads=1) as pipe:
-        runner = pipe.engine.runner
-        runner.codec_process.close()
-        hung = runner.codec_process = CodecProcess(SlowCodec(pipe.code2wav, delay=3600), threads=1)
+        pool = pipe.engine.runner.codec_pool
+        pool.members[0].close()
+        hung = pool.members[0] = CodecProcess(SlowCodec(pipe.code2wav, delay=3600), threads=1)  # replaced by the codec
         with pytest.raises(CodecProcessError, match="ended"):
             pipe.generate(SpeechRequest("Never heard.", max_frames=5))
         assert not hung._process.is_alive()
@@ -158,7 +193,7 @@ def test_a_hung_codec_process_is_ended_and_its_request_fails(monkeypatch):
 def test_closing_the_pipeline_ends_its_codec_process():
     pipe = load_pipeline("tiny", device="cpu", codec_threads=1)
     pipe.generate(SpeechRequest("Short.", max_frames=3))
-    process = pipe.engine.runner.codec_process._process
+    process = pipe.engine.runner.codec_pool.members[0]._process
     pipe.close()
     assert not process.is_alive()
 
@@ -166,6 +201,8 @@ def test_closing_the_pipeline_ends_its_codec_process():
 def test_a_bad_thread_count_is_refused():
     with pytest.raises(ValueError, match="codec_threads must be a positive number"):
         load_pipeline("tiny", device="cpu", codec_threads=0)
+    with pytest.raises(ValueError, match="codec_processes must be a positive number"):
+        load_pipeline("tiny", device="cpu", codec_processes=0)
 
 
 def test_without_room_in_shared_memory_the_engine_decodes_in_its_thread(monkeypatch, caplog):
@@ -174,6 +211,6 @@ def test_without_room_in_shared_memory_the_engine_decodes_in_its_thread(monkeypa
     monkeypatch.setattr(codec_process.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(64 << 20, 64 << 20, 0))
     request = SpeechRequest("No room.", max_frames=5)
     with load_pipeline("tiny", device="cpu", codec_threads=1) as pipe:
-        assert pipe.engine.runner.codec_process is None and pipe.engine.codec_threads is None
+        assert pipe.engine.runner.codec_pool is None and pipe.engine.codec_threads is None
         assert "decoded in the engine's thread: /dev/shm has 0 MiB free" in caplog.text
         assert_same(pipe.generate(request), our_pipeline("tiny").generate(request))

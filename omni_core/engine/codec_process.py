@@ -36,6 +36,10 @@ import torch.multiprocessing as mp
 from omni_core.codec.streaming import StreamingDecoder, push_together
 
 SHM = "/dev/shm"
+# The codec runs a step behind the engine, whose step is every request's critical path: on a CPU it yields
+# the cores to the engine's thread while that thread runs, and takes them while the engine waits (several
+# codec processes at the same priority slowed the engine's steps: engine/codec_pool.py).
+NICE = 5
 STALL_S = 120.0  # pushes out and nothing back for this long: the process is hung (killed, its pushes fail)
 
 log = logging.getLogger(__name__)
@@ -198,6 +202,7 @@ def _check_shared_memory(codec: torch.nn.Module) -> None:
 
 def _serve(codec: torch.nn.Module, threads: int, inbox, outbox) -> None:
     """The codec process: open streams, decode pushes in order, until the engine sends None or goes away."""
+    os.nice(NICE)
     torch.set_num_threads(threads)
     streams: dict[int, StreamingDecoder] = {}
     with torch.no_grad():

@@ -45,7 +45,7 @@ from concurrent.futures import Future, wait
 import torch
 
 from omni_core.engine import output
-from omni_core.engine.codec_process import CodecProcess
+from omni_core.engine.codec_pool import CodecPool
 from omni_core.engine.output import EngineError
 from omni_core.engine.runner import Runner
 from omni_core.engine.scheduler import Scheduler
@@ -72,17 +72,19 @@ GATHER_S, GATHER_MAX_S = 0.002, 0.02
 
 class Engine:
     def __init__(self, model: SpeechModel, max_batch: int = 16, threads: int | None = None,
-                 codec_threads: int | None = None, **options):
+                 codec_threads: int | None = None, codec_processes: int = 1, **options):
         """threads: the kernel threads of the engine's thread (None: as many as the creating thread has).
         codec_threads: decode the audio in a process of its own with this many kernel threads, beside the
         engine's next step (engine/codec_process.py; CPU only); None: in the engine's thread, in its step.
+        codec_processes: with codec_threads, this many such processes, the streams spread over them
+        (engine/codec_pool.py: a step's chunks decode in parallel).
         options: Scheduler's (time_budget_s, max_waiting, max_unread, stall_s)."""
         self.scheduler = Scheduler(max_batch, **options)
         self.threads = threads or torch.get_num_threads()
-        self.codec_threads = codec_threads
-        self._codec_mark = 0  # the first push tag of the current step
+        self.codec_threads, self.codec_processes = codec_threads, codec_processes
+        self._codec_mark: dict = {}  # where the codec processes' pushes stood when the current step began
         self.runner = Runner(model)
-        self._codec_process()
+        self._codec_pool()
         self._rest = False  # end the thread as soon as it is idle (`rest`)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()  # lists of new Sequences, (fn, args, Future) calls
         self.steps_taken = 0
@@ -103,24 +105,22 @@ class Engine:
     @model.setter
     def model(self, model: SpeechModel) -> None:
         old, self.runner = self.runner, Runner(model)
-        if old is not None and old.codec_process is not None:
-            old.codec_process.close()
-        self._codec_process()
+        if old is not None and old.codec_pool is not None:
+            old.codec_pool.close()
+        self._codec_pool()
 
-    def _codec_process(self) -> CodecProcess | None:
-        """The engine's codec process (when it has one), started again if it has ended: the streams it held
-        failed with it, later requests get a new one."""
-        process = self.runner.codec_process
-        if self.codec_threads and (process is None or not process.alive):
-            if process is not None:
-                process.close()
+    def _codec_pool(self) -> CodecPool | None:
+        """The engine's codec processes (when it has them). One that ends fails the streams it held; the
+        pool starts another in its place for later requests (`CodecPool.open`)."""
+        pool = self.runner.codec_pool
+        if self.codec_threads and pool is None:
             try:
-                process = CodecProcess(self.model.code2wav, self.codec_threads)
+                pool = CodecPool(self.model.code2wav, self.codec_threads, self.codec_processes)
             except (OSError, RuntimeError) as exc:  # no room in shared memory, no processes allowed
                 log.warning("the audio is decoded in the engine's thread: %s", exc)
-                self.codec_threads = process = None
-            self.runner.codec_process = process
-        return process
+                self.codec_threads = pool = None
+            self.runner.codec_pool = pool
+        return pool
 
     @property
     def max_batch(self) -> int:
@@ -193,8 +193,8 @@ class Engine:
             self.inbox.put(CLOSE)
             thread.join(timeout)
         if thread is None or not thread.is_alive():
-            if self.runner is not None and self.runner.codec_process is not None:
-                self.runner.codec_process.close()
+            if self.runner is not None and self.runner.codec_pool is not None:
+                self.runner.codec_pool.close()
             self.runner = None  # the weights' last reference from the engine
 
     def _raise_if_down(self) -> None:
@@ -312,9 +312,9 @@ class Engine:
     def step(self) -> None:
         for seq in self.scheduler.running:
             seq.step_spent = dict.fromkeys(seq.step_spent, 0.0)
-        codec = self._codec_process()
+        codec = self._codec_pool()
         # A step's audio may still decode while the next step runs, no longer: pushes from steps before it wait
-        self._codec_mark = codec.next_tag if codec is not None else 0
+        self._codec_mark = codec.mark() if codec is not None else {}
         self.schedule()
         rows = self.scheduler.rows()
         decoding = any(s.decoding for s in rows)
@@ -426,7 +426,7 @@ class Engine:
                         talker_ms, predictor_ms, len(seqs), self.model)
             seq.hidden = None
         due = [s for s in seqs if not s.finished and output.audio_due(s)]
-        codec, firsts = self.runner.codec_process, any(s.chunks_sent == 0 for s in due)
+        codec, firsts = self.runner.codec_pool, any(s.chunks_sent == 0 for s in due)
         if due and codec is not None:  # the codec keeps at most one step behind
             codec.wait_for(self._codec_mark)
         for group in output.codec_groups(due):
@@ -435,7 +435,7 @@ class Engine:
             # A first chunk is waited for, as the engine's thread would decode it: its audio is handed over while
             # the engine waits, not after the next compiled call (which holds the GIL): lone tiny, compiled, the
             # first audio came 18 ms later without this.
-            codec.wait_for(codec.next_tag)
+            codec.wait_for(codec.mark())
         for seq in seqs:
             if not seq.finished and len(seq.codes) >= seq.max_frames():
                 self._finish(seq, "max_frames")

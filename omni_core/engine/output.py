@@ -58,14 +58,17 @@ def audio_due(seq: Sequence) -> bool:
 
 
 def codec_groups(seqs: list[Sequence]) -> list[list[Sequence]]:
-    """Rows whose chunks can be decoded in one codec call: the same stream position and chunk length, and a
-    codec that decodes such chunks together (`decodes_together`; else each row alone).
+    """Rows whose chunks can be decoded in one codec call: the same stream position and chunk length, the same
+    codec process (if any), and a codec that decodes such chunks together (`decodes_together`; else each row
+    alone).
     Groups with a request's first audio come first (a newcomer hears itself before the others' pushes)."""
     groups: dict[tuple, list[Sequence]] = {}
     for seq in seqs:
         d = seq.decoder
         alone = None if d.codec.decodes_together(len(seq.pending)) else id(seq)  # else one by one
-        groups.setdefault((id(d.codec), d.num_codebooks, d.num_frames, len(seq.pending), alone), []).append(seq)
+        process = id(d.process) if isinstance(d, RemoteStream) else None  # a push goes to one codec process
+        groups.setdefault((id(d.codec), process, d.num_codebooks, d.num_frames, len(seq.pending), alone),
+                          []).append(seq)
     return sorted(groups.values(), key=lambda g: g[0].chunks_sent > 0)
 
 

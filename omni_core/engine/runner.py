@@ -50,7 +50,7 @@ class Runner:
     def __init__(self, model: SpeechModel):
         self.model = model
         self.prefill_chunk = PREFILL_CHUNK
-        self.codec_process = None  # CodecProcess: the codec streams decode there (engine/codec_process.py)
+        self.codec_pool = None  # CodecPool: the codec streams decode in its processes (engine/codec_pool.py)
 
     # ---- one request ----------------------------------------------------------------------------
 
@@ -111,10 +111,10 @@ class Runner:
         seq.emit(TextDelta(req.text, seq.reply.spoken))
 
     def new_stream(self, prefix: torch.Tensor | None = None):
-        """A request's codec stream, in the codec process when the engine has one (a RemoteStream).
+        """A request's codec stream, in a codec process when the engine has them (a RemoteStream).
         prefix [Q, n]: codes decoded first whose audio is not wanted (a clone's reference codes)."""
-        if self.codec_process is not None:
-            return self.codec_process.open(None, None if prefix is None else prefix.cpu().numpy())
+        if self.codec_pool is not None:
+            return self.codec_pool.open(None, None if prefix is None else prefix.cpu().numpy())
         stream = StreamingDecoder(self.model.code2wav)
         if prefix is not None:
             stream.push(prefix[None])
