@@ -67,11 +67,38 @@ def test_the_talker_starts_then_cb0_comes_with_its_alternatives(runner):
     assert not seq.talking and seq.hidden is None
     assert runner.prefill_talker(seq) == seq.talker_cache.length  # a short prompt: one piece
     assert seq.talking and seq.hidden.shape == (1, m.config.talker.hidden_size)
-    cb0, p0, top, top_probs = runner.next_cb0(seq, runner.cb0_logits([seq])[0])
+    cb0, p0, top, top_probs = runner.choose_cb0([seq])[0]
     assert cb0.shape == p0.shape == (1,) and top.shape == top_probs.shape == (1, 5)
     assert int(top[0, 0]) == int(cb0) and 0 < float(p0) <= 1  # greedy: the most probable
     assert not m.suppress_mask[top[0]].any()  # never a suppressed special id
     assert seq.history.tolist() == [[int(cb0)]]
+
+
+def test_cb0_for_rows_alike_in_one_batch_is_each_rows_own(runner):
+    """choose_cb0 processes rows alike (sampling, penalty, frames made) as one batch: every row's CB0, its
+    probability and its alternatives are bit for bit what the row gets alone, and each sampled row draws
+    from its own generator."""
+    m = runner.model
+    fields = [dict(), dict(), dict(do_sample=True, seed=1), dict(do_sample=True, seed=2), dict(do_sample=True, seed=1),
+              dict(repetition_penalty=1.3), dict(repetition_penalty=1.3), dict(top_k=5, do_sample=True, seed=3)]
+    g = torch.Generator().manual_seed(0)
+
+    def rows():
+        made = [new(runner, **{"repetition_penalty": 1.05, **f}) for f in fields]
+        for seq in made:
+            seq.hidden = torch.randn(1, m.config.talker.hidden_size, generator=g)
+            seq.history = torch.randint(0, 2000, (1, 6), generator=g)
+        return made
+
+    together, alone = rows(), rows()
+    for a, b in zip(together, alone):
+        a.hidden, a.history = b.hidden, b.history
+    got = runner.choose_cb0(together)
+    for seq, chosen in zip(alone, got):
+        want = runner.choose_cb0([seq])[0]
+        for x, y in zip(chosen, want):
+            assert torch.equal(x, y)
+    assert all(torch.equal(a.history, b.history) for a, b in zip(together, alone))
 
 
 def test_predict_makes_one_call_per_kind_and_compare_rows_are_in_both(runner):

@@ -3,8 +3,8 @@
 `Engine.step()` reads as one sentence: schedule (stop, pause, admit) → prefill newcomers'
 prompts → think (one batched thinker token for every chat reply the talker is about to
 read) → a frame for every row (`frame`): talk (prefill talker prompts, one batched talker
-step) → CB0 per row → one predictor call per predictor kind for all rows → emit each row's
-frame and audio. Rows still waiting for their first frame take that part first, in calls of
+step) → CB0 for every row (rows alike as one batch) → one predictor call per predictor kind
+for all rows → emit each row's frame and audio. Rows still waiting for their first frame take that part first, in calls of
 their own, so a newcomer's first audio does not wait for the older rows' whole step. With a codec
 process (`codec_threads`), emit sends the chunks' codes and their audio comes back while the next step
 runs (engine/codec_process.py); the engine stays at most one step ahead of it.
@@ -399,8 +399,8 @@ class Engine:
     def choose_cb0(self, seqs: list[Sequence]):
         """CB0 for every row (one codec-head matmul), each with its own settings and generator;
         a row that chose codec EOS ends here."""
-        seqs, logits = self._batched("talker", seqs, self.runner.cb0_logits)
-        cb0 = {s: self._guard(s, "talker", [s], self.runner.next_cb0, s, row) for s, row in zip(seqs, logits)}
+        seqs, chosen = self._batched("talker", seqs, self.runner.choose_cb0)
+        cb0 = dict(zip(seqs, chosen))
         for seq in seqs:
             if not seq.finished and int(cb0[seq][0]) == self.model.codec_eos:
                 self._finish(seq, "eos")

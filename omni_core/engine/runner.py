@@ -24,7 +24,8 @@ from omni_core.models.invariant import exact
 from omni_core.models.layers import KVCache
 from omni_core.models.qwen3_omni.prompt import TalkerPromptBuilder, TextSteps
 from omni_core.models.qwen3_tts import voices
-from omni_core.models.sampling import choose, choose_with_alternatives, repetition_penalty, suppress
+from omni_core.models.sampling import (choose, choose_with_alternatives, draw_noise, repetition_penalty,
+                                       suppress)
 
 @contextmanager
 def lengths_kept_on_error(caches: list[KVCache]):
@@ -159,15 +160,6 @@ class Runner:
         n = self.prefill_chunk
         return todo[:, :n], (todo[:, n:] if todo.shape[1] > n else None)
 
-    def next_cb0(self, seq: Sequence, logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """logits [1, V] from the codec head → CB0 [1], its probability [1], and the top-5 ids [1, 5] and
-        probabilities [1, 5] of the same processed distribution (HF's processing)."""
-        logits = suppress(repetition_penalty(logits, seq.history, seq.req.repetition_penalty),
-                          self.model.cb0_mask(seq.history.shape[1]))
-        chosen = choose_with_alternatives(logits, seq.sampling, seq.gen_talker)
-        seq.history = torch.cat([seq.history, chosen[0][:, None]], dim=1)
-        return chosen
-
     # ---- all rows at once: each returns one result per row, so a failed call can be run again row by row
 
     def think(self, seqs: list[Sequence]) -> list[torch.Tensor]:
@@ -199,9 +191,44 @@ class Runner:
             steps = [next(projected) if isinstance(step, int) else step for step in steps]
         return codes + torch.cat(steps)
 
-    def cb0_logits(self, seqs: list[Sequence]) -> list[torch.Tensor]:
-        """The codec head for every row: [1, V] per row."""
-        return list(self.model.talker.codec_head(torch.cat([s.hidden for s in seqs])).split(1))
+    def choose_cb0(self, seqs: list[Sequence]) -> list[tuple[torch.Tensor, ...]]:
+        """CB0 for every row from one codec-head matmul → per row CB0 [1], its probability [1], and the top-5
+        ids [1, 5] and probabilities [1, 5] of the same processed distribution (HF's processing). Rows alike
+        (sampling settings, repetition penalty, frames made) are processed as one [b, V] batch, each with its
+        own history and generator; every operation works row by row (gather, scatter, softmax, top-k), so a
+        row gets the bits it gets alone (tests/test_engine.py)."""
+        logits = self.model.talker.codec_head(torch.cat([s.hidden for s in seqs]))  # [B, V]
+        alike: dict[tuple, list[int]] = {}
+        for i, s in enumerate(seqs):
+            alike.setdefault((s.sampling, s.req.repetition_penalty, s.history.shape[1]), []).append(i)
+        gens = [s.gen_talker for s in seqs if s.sampling.do_sample]
+        states = [g.get_state() for g in gens]
+        out: list = [None] * len(seqs)
+        try:
+            for rows in alike.values():
+                for i, chosen in zip(rows, self._choose_alike([seqs[i] for i in rows], logits[rows])):
+                    out[i] = chosen
+        except Exception:  # the noise was drawn: put the generators back, so a row run again draws the same
+            for g, state in zip(gens, states):
+                g.set_state(state)
+            raise
+        return out
+
+    def _choose_alike(self, seqs: list[Sequence], logits: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
+        """`choose_cb0` for rows alike: logits [b, V] → per row (CB0 [1], p [1], top ids [1, 5], top p [1, 5])."""
+        first, history = seqs[0], torch.cat([s.history for s in seqs])  # [b, frames]
+        logits = suppress(repetition_penalty(logits, history, first.req.repetition_penalty),
+                          self.model.cb0_mask(history.shape[1]))
+        noise = None
+        if first.sampling.do_sample:  # each row's own draw, as alone: [1, V] from its generator
+            noise = torch.cat([draw_noise((1, logits.shape[1]), s.gen_talker, logits.device) for s in seqs])
+        chosen = choose_with_alternatives(logits, first.sampling, noise=noise)
+        out = []
+        for j, seq in enumerate(seqs):
+            row = tuple(x[j:j + 1] for x in chosen)
+            seq.history = torch.cat([seq.history, row[0][:, None]], dim=1)
+            out.append(row)
+        return out
 
     def predictor_groups(self, seqs: list[Sequence]) -> list[tuple[str, bool, list[Sequence]]]:
         """One predictor call per (kind, graph or not): its rows; compare-mode rows are in both kinds."""
