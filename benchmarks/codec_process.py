@@ -4,7 +4,8 @@ One pipeline per way, the same requests (N simultaneous speak-mode requests of `
 each, as Gradio runs them: bench (f)'s `run_concurrently`), rounds interleaving the ways. "thread tN": the
 engine at N kernel threads decodes the audio in its step; "process t1+1": the engine at 1 thread, the codec in
 a process at 1 thread (`codec_threads=1`, engine/codec_process.py); "processes t1+1x2": two such processes, the
-streams spread over them (`codec_processes=2`, engine/codec_pool.py). Prints the aggregate frames/s (median over
+streams spread over them (`codec_processes=2`, engine/codec_pool.py); "... nice 0": the codec processes at the
+engine's priority instead of codec_process.NICE. Prints the aggregate frames/s (median over
 rounds), first-audio latency (pooled), and each count over one at once.
 
     .venv/bin/python -m benchmarks.codec_process [--compile] [--predictor kv] [--counts 1 8 16] [--rounds 3]
@@ -14,6 +15,7 @@ rounds), first-audio latency (pooled), and each count over one at once.
 from __future__ import annotations
 
 import argparse
+import os
 
 from benchmarks.bench import run_concurrently, summarize
 from omni_core import SpeechRequest, load_pipeline
@@ -21,12 +23,22 @@ from omni_core.engine.threads import rest_engines
 
 WAYS = {"thread t2": dict(threads=2), "thread t1": dict(threads=1), "process t1+1": dict(threads=1, codec_threads=1),
         "processes t1+1x2": dict(threads=1, codec_threads=1, codec_processes=2)}
+WAYS.update({f"{w} nice 0": WAYS[w] for w in ("process t1+1", "processes t1+1x2")})  # at the engine's priority
+
+
+def at_the_engines_priority(pipe) -> None:
+    """A "nice 0" way: its codec processes back at the engine's priority (they start at codec_process.NICE)."""
+    for member in pipe.engine.runner.codec_pool.members:
+        os.setpriority(os.PRIO_PROCESS, member._process.pid, 0)
 
 
 def main(model: str, compile: bool, predictor: str, counts: list[int], rounds: int, ways: list[str],
          frames: int) -> dict:
     pipes = {w: load_pipeline(model, device="cpu", compile=compile, max_batch=max(counts),
                               max_waiting=max(counts), **WAYS[w]) for w in ways}
+    for w, pipe in pipes.items():
+        if w.endswith("nice 0"):
+            at_the_engines_priority(pipe)
     try:
         for pipe in pipes.values():
             if compile:
@@ -44,7 +56,7 @@ def main(model: str, compile: bool, predictor: str, counts: list[int], rounds: i
                     runs[w].append(run_concurrently(pipe, requests))
             for w in pipes:
                 s = out[n, w] = summarize(runs[w])
-                print(f"{n:3d} at once  {w:16s} {s['frames_per_s']:7.1f} frames/s  first audio p50 "
+                print(f"{n:3d} at once  {w:23s} {s['frames_per_s']:7.1f} frames/s  first audio p50 "
                       f"{s['first_audio_p50_s']:.3f} s p95 {s['first_audio_p95_s']:.3f} s  rounds "
                       f"{[round(r['frames_per_s'], 1) for r in runs[w]]}", flush=True)
         for w in pipes:
