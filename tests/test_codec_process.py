@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from omni_core import AudioChunk, Done, Frame, SpeechRequest, load_pipeline
-from omni_core.engine import codec_process
+from omni_core.engine import codec_process, output
 from omni_core.engine.codec_pool import CodecPool
 from omni_core.engine.codec_process import CodecProcess, CodecProcessError
+from omni_core.engine.sequence import Sequence
 
 from .conftest import our_pipeline
 from .test_engine import MIX, assert_same, collect, staggered
@@ -154,6 +155,22 @@ def test_a_chunk_that_fails_fails_its_stream_alone():
     finally:
         process.close()
     assert not process._process.is_alive()
+
+
+def test_a_failed_requests_stream_is_dropped_in_the_process():
+    """A request that fails gets no last chunk: its stream is dropped in the process, not kept for good."""
+    pipe = our_pipeline("tiny")
+    process = CodecProcess(pipe.code2wav, threads=1)
+    try:
+        seq = Sequence(SpeechRequest("Fails."), [], pipe.device, pipe.dtype)
+        stream = seq.decoder = process.open(None)
+        output.fail(seq, RuntimeError("its prompt was bad"))
+        results = []
+        process.push([(stream, np.zeros((16, 1), np.int64), False)], lambda r, s: results.append(r))
+        process.wait_for(process.next_tag)
+        assert results == [[(None, "an earlier chunk of this stream failed")]]  # no such stream any more
+    finally:
+        process.close()
 
 
 def test_a_codec_process_that_dies_fails_its_requests_and_a_new_one_serves_the_next(split):

@@ -14,7 +14,8 @@ engine's thread would give it with the same number of kernel threads (tests/test
 The codec's weights reach the process through shared memory (torch.multiprocessing), not as a copy.
 
 Messages, in order on one pipe each way: engine → process `("open", key, num_codebooks, prefix codes)`,
-`("push", tag, [(key, codes [Q, n], last)])`, `None` (end); process → engine `("audio", tag, [(wav [s] | None, error | None)], seconds)`. A failed push fails its streams alone (each is
+`("push", tag, [(key, codes [Q, n], last)])`, `("drop", key)` (a request that failed: its stream goes),
+`None` (end); process → engine `("audio", tag, [(wav [s] | None, error | None)], seconds)`. A failed push fails its streams alone (each is
 tried alone after a failed group); the process dying fails every chunk still out, and a new process
 serves later requests (the engine's `codec_streams`).
 """
@@ -117,6 +118,15 @@ class CodecProcess:
         for stream, codes, _ in items:
             stream.num_frames += codes.shape[1]
 
+    def drop(self, stream: RemoteStream) -> None:
+        """Forget a stream that will not get its last chunk (its request failed): its state in the process goes."""
+        with self._lock:
+            if self.error is None:
+                try:
+                    self._send(("drop", stream.key))
+                except CodecProcessError:  # the process is gone, and the stream with it
+                    pass
+
     @property
     def next_tag(self) -> int:
         """The tag the next push gets (pushes are tagged in the order they are sent)."""
@@ -213,6 +223,9 @@ def _serve(codec: torch.nn.Module, threads: int, inbox, outbox) -> None:
                 return
             if message is None:
                 return
+            if message[0] == "drop":
+                streams.pop(message[1], None)
+                continue
             if message[0] == "open":
                 _, key, num_codebooks, prefix = message
                 streams[key] = StreamingDecoder(codec, num_codebooks)

@@ -156,6 +156,8 @@ def finish(seq: Sequence, reason: str, model: SpeechModel) -> None:
 
 
 def fail(seq: Sequence, error: BaseException) -> None:
+    if isinstance(seq.decoder, RemoteStream):  # no last chunk will end its stream in the codec process
+        seq.decoder.process.drop(seq.decoder)
     seq.release()
     seq.emit(Failed(error))
 
