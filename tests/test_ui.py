@@ -39,7 +39,8 @@ def test_the_engine_leaves_a_core_to_a_browser_on_this_machine(monkeypatch):
 
 
 def test_the_codec_process_is_asked_for_with_its_threads():
-    """--codec-threads N hands the pipeline codec_threads=N (0, the default: the codec in the engine's thread)."""
+    """--codec-threads N hands the pipeline codec_threads=N (0, the default: the codec in the engine's thread);
+    --codec-processes P, codec_processes=P (1, the default)."""
     import pytest
 
     from app.cli import parse_args
@@ -48,3 +49,6 @@ def test_the_codec_process_is_asked_for_with_its_threads():
     assert parse_args(["--codec-threads", "1"]).codec_threads == 1
     with pytest.raises(SystemExit):
         parse_args(["--codec-threads", "-1"])
+    assert parse_args([]).codec_processes == 1 and parse_args(["--codec-processes", "2"]).codec_processes == 2
+    with pytest.raises(SystemExit):
+        parse_args(["--codec-processes", "0"])
