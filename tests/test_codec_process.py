@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from omni_core import AudioChunk, Done, Frame, SpeechRequest, load_pipeline
-from omni_core.engine import codec_process, output
+from omni_core.engine import codec_pool, codec_process, output
 from omni_core.engine.codec_pool import CodecPool
 from omni_core.engine.codec_process import CodecProcess, CodecProcessError
 from omni_core.engine.sequence import Sequence
@@ -71,6 +71,24 @@ def test_a_codec_process_that_dies_fails_its_own_streams_alone():
         after = SpeechRequest("After the crash.", max_frames=9)
         assert_same(pipe.generate(after), our_pipeline("tiny").generate(after))
         assert pool.members[0] is not killed and not killed.alive and pool.members[1].alive
+
+
+def test_when_no_new_codec_process_can_start_the_streams_open_in_the_one_left(monkeypatch):
+    """A codec process died and no other can start (here: the system refuses new processes): later requests
+    decode in the process still alive (the same audio), not fail."""
+    with load_pipeline("tiny", device="cpu", codec_processes=2) as pipe:
+        pool = pipe.engine.runner.codec_pool
+        dead, alive = pool.members
+        dead.close()
+
+        def refused(*args):
+            raise OSError("[Errno 11] Resource temporarily unavailable")
+
+        monkeypatch.setattr(codec_pool, "CodecProcess", refused)
+        requests = [SpeechRequest("Still heard.", max_frames=5), SpeechRequest("Heard too.", max_frames=4, seed=2)]
+        for request in requests:
+            assert_same(pipe.generate(request), our_pipeline("tiny").generate(request))
+        assert pool.members[1] is alive and pool.members[0] is dead and alive.next_tag >= 4
 
 
 def test_a_clones_reference_codes_go_first_in_the_process():

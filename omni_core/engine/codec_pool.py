@@ -8,15 +8,19 @@ of them at once. A stream lives in one process (its state is there), given round
 any process (tests/test_codec_process.py).
 
 A process that ends fails its own streams alone (their requests get the CodecProcessError); the next
-stream to open finds a new process in its place.
+stream to open finds a new process in its place (or, if none can start, opens in one still alive).
 """
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import torch
 
-from omni_core.engine.codec_process import CodecProcess, RemoteStream
+from omni_core.engine.codec_process import CodecProcess, CodecProcessError, RemoteStream
+
+log = logging.getLogger(__name__)
 
 
 class CodecPool:
@@ -33,12 +37,21 @@ class CodecPool:
         self.opened = 0  # streams opened: the next one opens in member opened % len(members)
 
     def open(self, num_codebooks: int | None, prefix: np.ndarray | None = None) -> RemoteStream:
-        """A new stream in the next member, round robin (one that has ended is replaced first)."""
+        """A new stream in the next member, round robin. One that has ended is replaced first; if no new process
+        can start (no room in shared memory), the stream opens in a member still alive (raises if none is)."""
         turn, self.opened = self.opened % len(self.members), self.opened + 1
-        if not self.members[turn].alive:
-            self.members[turn].close()
-            self.members[turn] = CodecProcess(self.codec, self.threads)
-        return self.members[turn].open(num_codebooks, prefix)
+        member = self.members[turn]
+        if not member.alive:
+            member.close()
+            try:
+                member = self.members[turn] = CodecProcess(self.codec, self.threads)
+            except (OSError, RuntimeError) as exc:
+                alive = [m for m in self.members if m.alive]
+                if not alive:
+                    raise CodecProcessError(f"no codec process is left, and a new one cannot start: {exc}") from exc
+                log.warning("a codec process ended and a new one cannot start (%s): %d left", exc, len(alive))
+                member = alive[0]
+        return member.open(num_codebooks, prefix)
 
     def mark(self) -> dict[CodecProcess, int]:
         """Where every member's pushes stand now: `wait_for` it waits for every push sent before."""
