@@ -101,6 +101,33 @@ def test_cb0_for_rows_alike_in_one_batch_is_each_rows_own(runner):
     assert all(torch.equal(a.history, b.history) for a, b in zip(together, alone))
 
 
+def test_a_cb0_call_that_raises_leaves_every_row_as_it_was(runner, monkeypatch):
+    """A row that fails after other groups were chosen: no row's history has grown and no generator has moved,
+    so each row run again alone gets what it gets alone."""
+    m = runner.model
+    seqs = [new(runner, repetition_penalty=1.0, do_sample=True, seed=1), new(runner, repetition_penalty=1.1)]
+    for seq in seqs:
+        seq.hidden = torch.randn(1, m.config.talker.hidden_size)
+    want = [tuple(x.clone() for x in runner.choose_cb0([s])[0]) for s in seqs]
+    for seq in seqs:  # back to before: one frame less, the generator rewound
+        seq.history = seq.history[:, :0]
+    seqs[0].gen_talker.manual_seed(1)
+    real = runner._choose_alike
+
+    def second_group_fails(rows, logits):
+        if rows[0] is seqs[1]:
+            raise RuntimeError("a bad row")
+        return real(rows, logits)
+
+    monkeypatch.setattr(runner, "_choose_alike", second_group_fails)
+    with pytest.raises(RuntimeError, match="a bad row"):
+        runner.choose_cb0(seqs)
+    assert all(seq.history.shape == (1, 0) for seq in seqs)
+    monkeypatch.undo()
+    for seq, expected in zip(seqs, want):
+        assert all(torch.equal(x, y) for x, y in zip(runner.choose_cb0([seq])[0], expected))
+
+
 def test_predict_makes_one_call_per_kind_and_compare_rows_are_in_both(runner):
     m = runner.model
     seqs = [new(runner, predictor=p) for p in ("reprefill", "kv", "compare")]

@@ -15,9 +15,9 @@ The codec's weights reach the process through shared memory (torch.multiprocessi
 
 Messages, in order on one pipe each way: engine → process `("open", key, num_codebooks, prefix codes)`,
 `("push", tag, [(key, codes [Q, n], last)])`, `("drop", key)` (a request that failed: its stream goes),
-`None` (end); process → engine `("audio", tag, [(wav [s] | None, error | None)], seconds)`. A failed push fails its streams alone (each is
-tried alone after a failed group); the process dying fails every chunk still out, and a new process
-serves later requests (the engine's `codec_streams`).
+`None` (end); process → engine `("audio", tag, [(wav [s] | None, error | None)], seconds)`. A failed push
+fails its streams alone (each is tried alone after a failed group); the process dying fails every chunk still out, and a new process
+serves later requests (engine/codec_pool.py).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from omni_core.codec.streaming import StreamingDecoder, push_together
 
 SHM = "/dev/shm"
 # The codec runs a step behind the engine, whose step is every request's critical path: on a CPU it yields
-# the cores to the engine's thread while that thread runs, and takes them while the engine waits (several
-# codec processes at the same priority slowed the engine's steps: engine/codec_pool.py).
+# the cores to the engine's thread while that thread runs, and takes them while the engine waits (two codec
+# processes at the engine's priority beside it are three busy processes on two cores: engine/codec_pool.py).
 NICE = 5
 STALL_S = 120.0  # pushes out and nothing back for this long: the process is hung (killed, its pushes fail)
 

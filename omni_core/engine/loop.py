@@ -4,10 +4,11 @@
 prompts → think (one batched thinker token for every chat reply the talker is about to
 read) → a frame for every row (`frame`): talk (prefill talker prompts, one batched talker
 step) → CB0 for every row (rows alike as one batch) → one predictor call per predictor kind
-for all rows → emit each row's frame and audio. Rows still waiting for their first frame take that part first, in calls of
-their own, so a newcomer's first audio does not wait for the older rows' whole step. With a codec
-process (`codec_threads`), emit sends the chunks' codes and their audio comes back while the next step
-runs (engine/codec_process.py); the engine stays at most one step ahead of it.
+for all rows → emit each row's frame and audio. Rows still waiting for their first frame take
+that part first, in calls of their own, so a newcomer's first audio does not wait for the older
+rows' whole step. With codec processes (`codec_threads`, `codec_processes`), emit sends the
+chunks' codes and their audio comes back while the next step runs (engine/codec_process.py,
+engine/codec_pool.py); the engine stays at most one step ahead of them.
 
 Prefills run piece by piece (`Runner.prefill_chunk` positions); while some row is decoding, a
 step runs at most `prefill_budget` prompt positions (whole pieces, in admission order; one piece

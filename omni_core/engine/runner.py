@@ -196,7 +196,8 @@ class Runner:
         ids [1, 5] and probabilities [1, 5] of the same processed distribution (HF's processing). Rows alike
         (sampling settings, repetition penalty, frames made) are processed as one [b, V] batch, each with its
         own history and generator; every operation works row by row (gather, scatter, softmax, top-k), so a
-        row gets the bits it gets alone (tests/test_engine.py)."""
+        row gets the bits it gets alone (tests/test_runner.py). The histories grow once every group is done,
+        so a call that raises leaves every row as it was (and each runs again alone)."""
         logits = self.model.talker.codec_head(torch.cat([s.hidden for s in seqs]))  # [B, V]
         alike: dict[tuple, list[int]] = {}
         for i, s in enumerate(seqs):
@@ -212,6 +213,8 @@ class Runner:
             for g, state in zip(gens, states):
                 g.set_state(state)
             raise
+        for seq, (cb0, *_) in zip(seqs, out):
+            seq.history = torch.cat([seq.history, cb0[:, None]], dim=1)
         return out
 
     def _choose_alike(self, seqs: list[Sequence], logits: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
@@ -223,12 +226,7 @@ class Runner:
         if first.sampling.do_sample:  # each row's own draw, as alone: [1, V] from its generator
             noise = torch.cat([draw_noise((1, logits.shape[1]), s.gen_talker, logits.device) for s in seqs])
         chosen = choose_with_alternatives(logits, first.sampling, noise=noise)
-        out = []
-        for j, seq in enumerate(seqs):
-            row = tuple(x[j:j + 1] for x in chosen)
-            seq.history = torch.cat([seq.history, row[0][:, None]], dim=1)
-            out.append(row)
-        return out
+        return [tuple(x[j:j + 1] for x in chosen) for j in range(len(seqs))]
 
     def predictor_groups(self, seqs: list[Sequence]) -> list[tuple[str, bool, list[Sequence]]]:
         """One predictor call per (kind, graph or not): its rows; compare-mode rows are in both kinds."""
