@@ -3,12 +3,15 @@
 import sys
 
 from app.cli import parse_args
-from app.files import OutputDir
-from app.ui import build_ui, launch_kwargs
-from omni_core import load_pipeline
 
 
 def main() -> None:
+    # Imported here, not above: a codec process (--codec-threads) is spawned, and a spawned process imports
+    # this file again; gradio there cost every codec process seconds before it could serve.
+    from app.files import OutputDir
+    from app.ui import build_ui, launch_kwargs
+    from omni_core import load_pipeline
+
     args = parse_args()
     try:
         pipe = load_pipeline(args.model, device=args.device, dtype=args.dtype, threads=args.threads,

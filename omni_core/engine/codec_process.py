@@ -212,11 +212,11 @@ def _check_shared_memory(codec: torch.nn.Module) -> None:
 
 def _serve(codec: torch.nn.Module, threads: int, inbox, outbox) -> None:
     """The codec process: open streams, decode pushes in order, until the engine sends None or goes away."""
-    os.nice(NICE)
     torch.set_num_threads(threads)
     streams: dict[int, StreamingDecoder] = {}
     with torch.no_grad():
         _warm_up(codec)
+        os.nice(NICE)  # after the start: a niced start waited behind a browser's for seconds
         while True:
             try:
                 message = inbox.recv()
