@@ -216,7 +216,7 @@ def _serve(codec: torch.nn.Module, threads: int, inbox, outbox) -> None:
     streams: dict[int, StreamingDecoder] = {}
     with torch.no_grad():
         _warm_up(codec)
-        os.nice(NICE)  # after the start: a niced start waited behind a browser's for seconds
+        os.nice(NICE)  # only once ready: the start (imports, warm-up) should not queue behind other work
         while True:
             try:
                 message = inbox.recv()
