@@ -6,8 +6,8 @@ with timers, then runs N simultaneous speak-mode requests (bench (f)'s `run_conc
 milliseconds per engine step of each (and how many calls a step makes), and the first step alone (the newcomers'
 prompts, first frame and first audio). A profile, not a benchmark: the timers cost a little themselves.
 
-    .venv/bin/python -m benchmarks.stages [--model tiny] [--dtype auto] [--compile] [--codec-threads 1] [--codec-processes 1]
-        [--threads 1] [--counts 1 8] [--frames 60] [--rounds 2] [--predictor kv]
+    .venv/bin/python -m benchmarks.stages [--model tiny] [--dtype auto] [--compile] [--codec-threads 1]
+        [--codec-processes 1] [--threads 1] [--counts 1 8] [--frames 60] [--rounds 2] [--predictor kv]
 """
 
 from __future__ import annotations

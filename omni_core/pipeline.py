@@ -73,7 +73,8 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
         raise ValueError(f"codec_threads must be a positive number of CPU threads (got {codec_threads!r})")
     if int(codec_processes) < 1:
         raise ValueError(f"codec_processes must be a positive number of processes (got {codec_processes!r})")
-    if int(codec_processes) > 1 and codec_threads is None:
+    codec_processes = int(codec_processes)
+    if codec_processes > 1 and codec_threads is None:
         codec_threads = 1
     threads = max(1, int(threads)) if threads is not None else torch.get_num_threads()
     # Compiled graphs take the plain weights (inductor packs its own): no oneDNN plans' packed copies.
@@ -85,7 +86,7 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     if codec_threads is not None and loaded.device.type != "cpu":
         raise ValueError(f"codec_threads runs the codec on CPU threads; this model is on {loaded.device}")
     pipe = Pipeline(loaded, max_batch=max_batch, compile=compile, threads=threads, codec_threads=codec_threads,
-                    codec_processes=int(codec_processes), **options)
+                    codec_processes=codec_processes, **options)
     pipe.batch_invariant = bool(batch_invariant)
     return pipe
 

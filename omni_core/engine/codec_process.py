@@ -16,8 +16,8 @@ The codec's weights reach the process through shared memory (torch.multiprocessi
 Messages, in order on one pipe each way: engine → process `("open", key, num_codebooks, prefix codes)`,
 `("push", tag, [(key, codes [Q, n], last)])`, `("drop", key)` (a request that failed: its stream goes),
 `None` (end); process → engine `("audio", tag, [(wav [s] | None, error | None)], seconds)`. A failed push
-fails its streams alone (each is tried alone after a failed group); the process dying fails every chunk still out, and a new process
-serves later requests (engine/codec_pool.py).
+fails its streams alone (each is tried alone after a failed group); the process dying fails every chunk
+still out, and a new process serves later requests (engine/codec_pool.py).
 """
 
 from __future__ import annotations
