@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 from omni_core.models import invariant
 from omni_core.models import onednn
-from omni_core.models.invariant import (ATEN_ONLY, MIN_RUN, NO_PACKING, ONEDNN, PLAIN, ROW, ROWWISE, SAFE, Linear, Plan,
-                                        candidates, choose, fastest, first_holding, holds, linear, runs, with_many)
+from omni_core.models.invariant import (ATEN_ONLY, MIN_RUN, NO_PACKING, ONEDNN, PAD_LONE, PLAIN, ROW, ROWWISE, SAFE,
+                                        TIMED_BYTES, Linear, Plan, candidates, choose, fastest, first_holding, holds, linear, runs, with_many)
 
 from .conftest import our_pipeline
 
@@ -145,6 +145,35 @@ def test_a_large_bfloat16_weight_never_pads_a_lone_row(monkeypatch):
     for dtype, want in ((torch.bfloat16, Plan(1, 1, "aten", 2, 32)), (torch.float32, Plan(2, 32))):
         large, _, _ = weights(1024, 3072, dtype)
         assert choose(large, None, {}, NO_PACKING) == want, dtype
+
+
+def test_pad_lone_lets_a_large_bfloat16_weight_pad_a_lone_row(monkeypatch):
+    """With PAD_LONE (load_pipeline(pad_lone_rows=True)) a bfloat16 weight takes its run, a lone row padded into
+    it, where it would take ROW; a float32 weight still goes by the timings, under the key it has without it."""
+    monkeypatch.setattr(invariant, "first_holding", lambda weight, bias: Plan(2, 32))
+    monkeypatch.setattr(invariant, "timings", lambda plans, *args, **kwargs: {p: (1.0, 8.0) if p == ROW
+                                                                           else (2.0, 2.0) for p in plans})
+    padded = NO_PACKING + "+" + PAD_LONE
+    half, _, _ = weights(1024, 3072, torch.bfloat16)
+    assert choose(half, None, {}, padded) == Plan(2, 32)
+    assert choose(half, None, {}, NO_PACKING) == Plan(1, 1, "aten", 2, 32)
+    full, _, _ = weights(1024, 3072, torch.float32)
+    chosen = {}
+    assert choose(full, None, chosen, padded) == Plan(1, 1, "aten", 2, 32)  # the padded lone row timed too slow
+    assert list(chosen) == [((3072, 1024), torch.float32, "cpu", False, NO_PACKING)]
+
+
+def test_a_padded_lone_bfloat16_row_equals_its_rows_in_any_batch():
+    """On the real kernels: under PAD_LONE a large bfloat16 weight (K = 2048: ROW by default on an AMD EPYC of
+    family 26) takes its holding run, and a lone row, padded into it, equals its row in every batch."""
+    weight, _, g = weights(2048, 1024, torch.bfloat16)
+    assert weight.numel() * weight.element_size() >= TIMED_BYTES
+    plan = choose(weight, None, {}, ATEN_ONLY + "+" + PAD_LONE)
+    assert plan == first_holding(weight, None) != ROW
+    x = torch.randn(40, 2048, generator=g).to(torch.bfloat16)
+    alone = torch.cat([linear(row[None], weight, None, plan) for row in x])
+    for rows in (2, 3, 8, 15, 16, 17, 32, 33, 40):
+        assert torch.equal(linear(x[:rows], weight, None, plan), alone[:rows]), rows
 
 
 def test_a_small_weight_takes_its_one_thread_plan(timed):
@@ -308,3 +337,24 @@ def test_a_pipeline_without_batch_invariance_runs_plain_matmuls():
         linears = [m for m in plain.talker.modules() if isinstance(m, Linear)]
         assert {m.plan for m in linears} == {PLAIN} and plain.info["batch_invariant"] is False
     assert our_pipeline("tiny").info["batch_invariant"] is True
+
+
+def test_a_pipeline_with_padded_lone_rows_gives_each_request_its_solo_codes():
+    """load_pipeline(pad_lone_rows=True) at Qwen3-TTS 0.6B's real widths (one talker layer), bfloat16: no
+    large bfloat16 matmul runs a call per row (ROW), and requests taken in together get their solo codes and
+    audio. It needs batch invariance."""
+    from omni_core import SpeechRequest, load_pipeline
+    from tests.test_engine import assert_same, collect
+
+    requests = [SpeechRequest("Listener one hears this.", max_frames=4, predictor="kv"),
+                SpeechRequest("And listener two.", max_frames=3),
+                SpeechRequest("Three, sampled.", max_frames=4, do_sample=True, seed=5, predictor="kv")]
+    with load_pipeline("random:qwen3-tts-0.6b?layers=1", device="cpu", dtype="bfloat16", pad_lone_rows=True) as pipe:
+        large = [m for m in pipe.talker.modules() if isinstance(m, Linear) and m.weight.numel() * 2 >= TIMED_BYTES]
+        assert large and not any(m.plan[:2] == ROW[:2] for m in large) and pipe.info["pad_lone_rows"] is True
+        solo = [pipe.generate(r) for r in requests]
+        together = [collect(s) for s in pipe.stream_together(requests)]
+    for got, want in zip(together, solo):
+        assert_same(got, want)
+    with pytest.raises(ValueError, match="without batch invariance"):
+        load_pipeline("tiny", device="cpu", batch_invariant=False, pad_lone_rows=True)

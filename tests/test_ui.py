@@ -3,6 +3,8 @@ flags are given; only static/ and the output folder are served."""
 
 from __future__ import annotations
 
+import pytest
+
 
 def test_launch_settings_keep_gradio_env_vars_and_serve_only_static_and_outputs(tmp_path):
     from app.cli import parse_args
@@ -36,6 +38,15 @@ def test_the_engine_leaves_a_core_to_a_browser_on_this_machine(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     monkeypatch.delenv("GRADIO_SERVER_NAME")
     assert parse_args([]).threads == 1
+
+
+def test_padded_lone_rows_need_batch_invariance(capsys):
+    from app.cli import parse_args
+
+    assert parse_args(["--pad-lone-rows"]).pad_lone_rows and not parse_args([]).pad_lone_rows
+    with pytest.raises(SystemExit):
+        parse_args(["--pad-lone-rows", "--no-batch-invariance"])
+    assert "not with --no-batch-invariance" in capsys.readouterr().err
 
 
 def test_the_codec_process_is_asked_for_with_its_threads():

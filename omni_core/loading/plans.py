@@ -19,7 +19,7 @@ import torch
 
 from omni_core.cache import machine
 from omni_core.loading import memory
-from omni_core.models.invariant import ALL_KERNELS, ATEN_ONLY, NO_PACKING, RULE, TIMED_BYTES, Linear, Plan, plan_linears
+from omni_core.models.invariant import ALL_KERNELS, ATEN_ONLY, NO_PACKING, PAD_LONE, RULE, TIMED_BYTES, Linear, Plan, plan_linears
 from omni_core.synthetic.tiny import cache_dir
 
 PACK_HEADROOM = 0.5  # of the packed bytes, left free after packing (the requests' caches, the page)
@@ -71,15 +71,18 @@ def write(device: torch.device, table: dict[tuple, Plan]) -> None:
     os.replace(f.name, target)
 
 
-def plan_modules(modules, device: torch.device, fast_kernels: bool = True) -> dict[tuple, Plan]:
+def plan_modules(modules, device: torch.device, fast_kernels: bool = True,
+                 pad_lone_rows: bool = False) -> dict[tuple, Plan]:
     """plan_linears(modules) with this machine's earlier answers: probes only the shapes it has not
     seen, and keeps those. Returns the plans probed now ({} when every shape was known).
     fast_kernels: kernels besides F.linear allowed (False in compiled pipelines); oneDNN's only where their
-    packed copies fit beside the weights (`room_to_pack`)."""
+    packed copies fit beside the weights (`room_to_pack`). pad_lone_rows: a lone bfloat16 row may be padded
+    into its batch's kernel (invariant.PAD_LONE)."""
     modules = list(modules)
     known = read(device)
     chosen = dict(known)
     kernels = ATEN_ONLY if not fast_kernels else ALL_KERNELS if room_to_pack(modules, device) else NO_PACKING
+    kernels += ("+" + PAD_LONE) * pad_lone_rows
     plan_linears(modules, chosen, kernels)
     probed = {k: plan for k, plan in chosen.items() if k not in known}
     if probed:

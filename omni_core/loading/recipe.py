@@ -43,9 +43,11 @@ class LoadedModel:
 
 
 def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto",
-               revision: str | None = None, force: bool = False, fast_kernels: bool = True) -> LoadedModel:
+               revision: str | None = None, force: bool = False, fast_kernels: bool = True,
+               pad_lone_rows: bool = False) -> LoadedModel:
     """The recipe: read the source → build on meta → check memory → materialize → fill → plan the matmuls
-    (fast_kernels: plans with kernels besides F.linear allowed: small GEMMs on one thread, oneDNN; models/invariant.py)."""
+    (fast_kernels: plans with kernels besides F.linear allowed: small GEMMs on one thread, oneDNN; pad_lone_rows: a
+    lone bfloat16 row may be padded into its batch's kernel; models/invariant.py)."""
     start = time.perf_counter()
     drawn = random_weights.is_random(source)
     tts = False
@@ -81,7 +83,8 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
         qwen3_tts.load(modules, path, cfg, dev, dt)
     else:
         load_weights(modules, path)
-    plans.plan_modules(modules.values(), dev, fast_kernels)  # batch-invariant matmuls: the cheapest kernel plan per shape
+    # batch-invariant matmuls: the cheapest kernel plan per shape
+    plans.plan_modules(modules.values(), dev, fast_kernels, pad_lone_rows)
     report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)
     packed = sum(getattr(m, "packed", None) is not None for root in modules.values() for m in root.modules())
     if packed:

@@ -32,7 +32,8 @@ and MKL's one-thread row classes are long ones (EPYC: 4-32 at one thread, 2-3 at
                                     at 1 thread ONEDNN or ROW per shape; tiny widths: pad 4 / chunk 32
                                     on one thread ("serial", which holds whatever the engine's threads)
   bfloat16       pad 1 / chunk 32   no padding at all where 1-32 rows are one class; else ROW (LONE_ROW_EXACT:
-                                    a lone bfloat16 row takes the 1-row kernel, as the official calls do)
+                                    a lone bfloat16 row takes the 1-row kernel, as the official calls do;
+                                    with PAD_LONE, the run: load_pipeline(pad_lone_rows=True))
   otherwise      pad 16 / chunk 32  the safe rule (every row in the 16-32 class), if it holds,
                  or ROWWISE: no GEMM, each row's products summed alone (a 1-output gate)
 
@@ -90,6 +91,11 @@ LONE_ROW_SLACK = 1.5  # a plan's 1-row call may be at most this much slower than
 # 0.6B's greedy codes (AMD EPYC of family 26: 1024x2048 and 1024x3072 padded to 16 rows when a loaded machine
 # timed the padded plan within LONE_ROW_SLACK); float32's codes have kept to the 2-row padding (Xeon).
 LONE_ROW_EXACT = (torch.bfloat16, torch.float16)
+# A kernels token (load_pipeline(pad_lone_rows=True)): these dtypes' large weights take their holding run, a lone
+# row padded into it, instead of ROW. Every row of any batch still gets its solo bits, and rows beside a lone one
+# cost almost nothing where the step reads its weights from memory; a lone row's last bits may then differ from
+# the official 1-row call's (only on CPUs where that kernel differs from 2..32 rows', `with_many`).
+PAD_LONE = "pad-lone"
 TIMED_BYTES = 4 * 2**20  # weights this large choose their plan by timing: the kernel, not the calls, costs there
 RULE = 7  # the way plans are chosen; a change of it makes every machine choose its plans again (loading/plans.py)
 _exact = False  # inside `exact()`: plain F.linear (a global, not a thread-local: compiled regions read it)
@@ -206,7 +212,10 @@ def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict, kernel
     """The plan for this weight's shape and dtype (cached in `chosen`): the first of `candidates` that
     passes `holds` (else ROWWISE). A weight of TIMED_BYTES or more, where the kernels' speed decides, is
     timed against ROW and (float32 on a CPU) ONEDNN where that holds; a smaller one on a CPU against its
-    one-thread plan ("serial"): `fastest` of them. kernels: ATEN_ONLY, NO_PACKING or ALL_KERNELS."""
+    one-thread plan ("serial"): `fastest` of them. kernels: ATEN_ONLY, NO_PACKING or ALL_KERNELS, each with
+    "+" + PAD_LONE where a lone bfloat16 row may be padded into its run."""
+    if weight.dtype not in LONE_ROW_EXACT:  # PAD_LONE changes no other dtype's plan: one key for both
+        kernels = kernels.replace("+" + PAD_LONE, "")
     key = (tuple(weight.shape), weight.dtype, weight.device.type, bias is not None, kernels)
     if key not in chosen:
         chosen[key] = _choose(weight, bias, kernels)
@@ -237,7 +246,7 @@ def _choose(weight: torch.Tensor, bias: torch.Tensor | None, kernels: str) -> Pl
             others.append(ONEDNN)
         if plan.pad_min > 1:  # an unpadded plan's lone row is ROW's: it is never slower than ROW
             if weight.dtype in LONE_ROW_EXACT:
-                return with_many(ROW, plan)
+                return plan if PAD_LONE in kernels else with_many(ROW, plan)
             others.append(ROW)
     if not others:
         return plan
@@ -351,6 +360,6 @@ def plan_linears(modules, chosen: dict | None = None, kernels: str = ALL_KERNELS
             if isinstance(module, Linear):
                 module.set_plan(choose(module.weight, module.bias, chosen, kernels))
             elif hasattr(module, "plan_weights"):
-                stacked = NO_PACKING if "serial" in kernels else ATEN_ONLY
+                stacked = (NO_PACKING if "serial" in kernels else ATEN_ONLY) + ("+" + PAD_LONE) * (PAD_LONE in kernels)
                 module.plans = [choose(w, None, chosen, stacked) for w in module.plan_weights()]
     return chosen
