@@ -11,7 +11,11 @@ depends on the CPU: a memory-bound step reads the weights once for every row of 
 without native bfloat16 converts on every row (BENCHMARKS.md (k): bfloat16 costs the same per row at
 any count there), and float32's small-row GEMMs cost 2-4x a 1-row call on this EPYC.
 
+--ways runs several pipelines, their rounds interleaved too: "exact" (the default plans), "padded"
+(`pad_lone_rows=True`: a lone bfloat16 row in its batch's kernel), "plain" (no batch invariance).
+
     .venv/bin/python -m benchmarks.tts_batched [--quick] [--dtypes float32 bfloat16] [--counts 1 4 8]
+        [--ways exact padded plain]
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from benchmarks.bench import machine, print_section, run_concurrently, summarize
 from omni_core import SpeechRequest, load_pipeline
 
 SOURCE = "random:qwen3-tts-0.6b"
+WAYS = {"exact": {}, "padded": {"pad_lone_rows": True}, "plain": {"batch_invariant": False}}
 
 
 def requests(n: int, frames: int) -> list[SpeechRequest]:
@@ -30,26 +35,36 @@ def requests(n: int, frames: int) -> list[SpeechRequest]:
                           predictor="kv") for i in range(n)]
 
 
-def bench_dtype(dtype: str, counts: tuple[int, ...], frames: int, repeats: int) -> dict:
-    pipe = load_pipeline(SOURCE, device="cpu", dtype=dtype, max_batch=max(counts), max_waiting=max(counts))
+def bench_dtype(dtype: str, counts: tuple[int, ...], frames: int, repeats: int, ways=("exact",)) -> dict:
+    """{way: results} (the results alone for one way), the ways' pipelines loaded together, rounds interleaved."""
+    pipes = {way: load_pipeline(SOURCE, device="cpu", dtype=dtype, max_batch=max(counts), max_waiting=max(counts),
+                                **WAYS[way]) for way in ways}
     try:
-        run_concurrently(pipe, requests(1, 2))  # warm-up: first calls, lazily built tables
-        runs: dict[int, list] = {n: [] for n in counts}
+        runs: dict[tuple, list] = {(way, n): [] for way in ways for n in counts}
+        for pipe in pipes.values():
+            run_concurrently(pipe, requests(1, 2))  # warm-up: first calls, lazily built tables
         for _ in range(repeats):
-            for n in counts:
-                runs[n].append(run_concurrently(pipe, requests(n, frames)))
-        out = {f"{n} at once": summarize(rs) for n, rs in runs.items()}
-        one = out[f"{counts[0]} at once"]
-        for n in counts[1:]:
-            row = out[f"{n} at once"]
-            row["fps_over_one"] = row["frames_per_s"] / one["frames_per_s"]
-            row["first_audio_p95_over_one"] = row["first_audio_p95_s"] / one["first_audio_p95_s"]
-        out["plans"] = plans_used(pipe)
-        return out
+            for way, pipe in pipes.items():
+                for n in counts:
+                    runs[way, n].append(run_concurrently(pipe, requests(n, frames)))
+        outs = {way: summarize_way({n: runs[way, n] for n in counts}, pipe) for way, pipe in pipes.items()}
+        return outs if len(ways) > 1 else outs[ways[0]]
     finally:
-        pipe.close()
-        del pipe
+        for pipe in pipes.values():
+            pipe.close()
+        del pipes
         gc.collect()
+
+
+def summarize_way(runs: dict[int, list], pipe) -> dict:
+    out = {f"{n} at once": summarize(rs) for n, rs in runs.items()}
+    one = out[f"{min(runs)} at once"]
+    for n in sorted(runs)[1:]:
+        row = out[f"{n} at once"]
+        row["fps_over_one"] = row["frames_per_s"] / one["frames_per_s"]
+        row["first_audio_p95_over_one"] = row["first_audio_p95_s"] / one["first_audio_p95_s"]
+    out["plans"] = plans_used(pipe)
+    return out
 
 
 def plans_used(pipe) -> dict[str, int]:
@@ -65,13 +80,13 @@ def plans_used(pipe) -> dict[str, int]:
 
 
 def main(quick: bool = False, json_path: str = "bench_results/tts_batched.json", dtypes=("float32", "bfloat16"),
-         counts=(1, 4, 8), frames: int | None = None) -> dict:
+         counts=(1, 4, 8), frames: int | None = None, ways=("exact",)) -> dict:
     frames = frames or (8 if quick else 16)
     repeats = 1 if quick else 3
     results = {"machine": machine(), "source": SOURCE, "frames": frames, "repeats": repeats}
     for dtype in dtypes:
         print(f"-- {dtype}", flush=True)
-        results[dtype] = bench_dtype(dtype, tuple(counts), frames, repeats)
+        results[dtype] = bench_dtype(dtype, tuple(counts), frames, repeats, tuple(ways))
         print_section("l", results[dtype])
     write_results(results, json_path)
     return results
@@ -83,6 +98,7 @@ if __name__ == "__main__":
     parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"])
     parser.add_argument("--counts", nargs="*", type=int, default=[1, 4, 8])
     parser.add_argument("--frames", type=int, default=None, help="frames per request (default 16; --quick 8)")
+    parser.add_argument("--ways", nargs="*", default=["exact"], choices=list(WAYS))
     parser.add_argument("--json", default="bench_results/tts_batched.json")
     args = parser.parse_args()
-    main(args.quick, args.json, args.dtypes, args.counts, args.frames)
+    main(args.quick, args.json, args.dtypes, args.counts, args.frames, args.ways)
