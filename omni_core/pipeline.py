@@ -64,8 +64,8 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     official implementations' lone call takes, so where the CPU's 1-row kernel rounds otherwise than its
     2..32-row one (an AMD EPYC of family 26), every row of a batch runs as its own call through those
     weights. True: a lone row is padded into the batch's kernel: each request still gets its solo codes
-    beside any others, and rows beside it cost little (Qwen3-TTS 0.6B, 8 at once: 1.3-1.5x the frames/s
-    there, BENCHMARKS.md y), but a lone request's last bits, and so maybe its greedy codes, may differ
+    beside any others, and rows beside it cost little (Qwen3-TTS 0.6B in bfloat16, 8 at once: 1.44x the
+    frames/s there, BENCHMARKS.md y), but a lone request's last bits, and so maybe its greedy codes, may differ
     from the official implementation's on such a CPU.
     codec_threads: decode the audio in a process of its own with this many kernel threads, while the
     engine runs its next step (engine/codec_process.py; CPU only, the same audio bits as in the engine's
@@ -84,10 +84,10 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     if codec_processes > 1 and codec_threads is None:
         codec_threads = 1
     threads = max(1, int(threads)) if threads is not None else torch.get_num_threads()
-    # Compiled graphs take the plain weights (inductor packs its own): no oneDNN plans' packed copies.
     if pad_lone_rows and not batch_invariant:
         raise ValueError("pad_lone_rows pads a lone row into its batch-invariant kernel; without batch invariance "
                          "there is none")
+    # Compiled graphs take the plain weights (inductor packs its own): no oneDNN plans' packed copies.
     loaded = in_passing_thread(threads, load_model, source, device=device, dtype=dtype, revision=revision,
                                force=force, fast_kernels=not compile, pad_lone_rows=bool(pad_lone_rows))
     log.info(loaded.report)

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from omni_core.models import invariant
 from omni_core.models import onednn
 from omni_core.models.invariant import (ATEN_ONLY, MIN_RUN, NO_PACKING, ONEDNN, PAD_LONE, PLAIN, ROW, ROWWISE, SAFE,
-                                        TIMED_BYTES, Linear, Plan, candidates, choose, fastest, first_holding, holds, linear, runs, with_many)
+                                        TIMED_BYTES, Linear, Plan, candidates, choose, fastest, first_holding, holds,
+                                        linear, runs, with_many)
 
 from .conftest import our_pipeline
 

@@ -19,7 +19,8 @@ import torch
 
 from omni_core.cache import machine
 from omni_core.loading import memory
-from omni_core.models.invariant import ALL_KERNELS, ATEN_ONLY, NO_PACKING, PAD_LONE, RULE, TIMED_BYTES, Linear, Plan, plan_linears
+from omni_core.models.invariant import (ALL_KERNELS, ATEN_ONLY, NO_PACKING, PAD_LONE, RULE, TIMED_BYTES, Linear, Plan,
+                                        plan_linears)
 from omni_core.synthetic.tiny import cache_dir
 
 PACK_HEADROOM = 0.5  # of the packed bytes, left free after packing (the requests' caches, the page)

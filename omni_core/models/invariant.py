@@ -360,6 +360,7 @@ def plan_linears(modules, chosen: dict | None = None, kernels: str = ALL_KERNELS
             if isinstance(module, Linear):
                 module.set_plan(choose(module.weight, module.bias, chosen, kernels))
             elif hasattr(module, "plan_weights"):
-                stacked = (NO_PACKING if "serial" in kernels else ATEN_ONLY) + ("+" + PAD_LONE) * (PAD_LONE in kernels)
+                stacked = NO_PACKING if "serial" in kernels else ATEN_ONLY
+                stacked += ("+" + PAD_LONE) * (PAD_LONE in kernels)
                 module.plans = [choose(w, None, chosen, stacked) for w in module.plan_weights()]
     return chosen
