@@ -345,6 +345,7 @@ def test_a_pipeline_with_padded_lone_rows_gives_each_request_its_solo_codes():
     large bfloat16 matmul runs a call per row (ROW), and requests taken in together get their solo codes and
     audio. It needs batch invariance."""
     from omni_core import SpeechRequest, load_pipeline
+    from omni_core.loading.plans import padded_lone_rows
     from tests.test_engine import assert_same, collect
 
     requests = [SpeechRequest("Listener one hears this.", max_frames=4, predictor="kv"),
@@ -353,6 +354,9 @@ def test_a_pipeline_with_padded_lone_rows_gives_each_request_its_solo_codes():
     with load_pipeline("random:qwen3-tts-0.6b?layers=1", device="cpu", dtype="bfloat16", pad_lone_rows=True) as pipe:
         large = [m for m in pipe.talker.modules() if isinstance(m, Linear) and m.weight.numel() * 2 >= TIMED_BYTES]
         assert large and not any(m.plan[:2] == ROW[:2] for m in large) and pipe.info["pad_lone_rows"] is True
+        padded = padded_lone_rows(m for m in (pipe.thinker, pipe.talker, pipe.code2wav) if m is not None)
+        assert ("matmuls pad a lone row" in pipe.load_report) == (padded > 0)  # the load says what it changed
+        assert ("pad_lone_rows changes no matmul" in pipe.load_report) == (padded == 0)
         solo = [pipe.generate(r) for r in requests]
         together = [collect(s) for s in pipe.stream_together(requests)]
     for got, want in zip(together, solo):

@@ -89,6 +89,12 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
     packed = sum(getattr(m, "packed", None) is not None for root in modules.values() for m in root.modules())
     if packed:
         report += f" · {packed} float32 matmuls through oneDNN (timed faster here: models/onednn.py)"
+    if pad_lone_rows:
+        padded = plans.padded_lone_rows(modules.values())
+        name = str(dt).removeprefix("torch.")
+        report += (f" · {padded} {name} matmuls pad a lone row into their batch's kernel (pad_lone_rows)" if padded else
+                   " · pad_lone_rows changes no matmul here (it pads bfloat16 rows only where a lone row's kernel"
+                   " differs from its batch's)")
     if dtype == "auto" and dt != DTYPES.get(cfg.torch_dtype, dt):
         report += (f" (the checkpoint is {cfg.torch_dtype}; this CPU has no fast {cfg.torch_dtype} kernels, so auto "
                    f"chose float32: --dtype {cfg.torch_dtype} keeps it)")
