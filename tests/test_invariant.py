@@ -150,7 +150,8 @@ def test_a_large_bfloat16_weight_never_pads_a_lone_row(monkeypatch):
 
 def test_pad_lone_lets_a_large_bfloat16_weight_pad_a_lone_row(monkeypatch):
     """With PAD_LONE (load_pipeline(pad_lone_rows=True)) a bfloat16 weight takes its run, a lone row padded into
-    it, where it would take ROW; a float32 weight still goes by the timings, under the key it has without it."""
+    it, where it would take ROW; a float32 weight still goes by the timings, and it and a small weight keep the keys
+    they have without it (no probing again)."""
     monkeypatch.setattr(invariant, "first_holding", lambda weight, bias: Plan(2, 32))
     monkeypatch.setattr(invariant, "timings", lambda plans, *args, **kwargs: {p: (1.0, 8.0) if p == ROW
                                                                            else (2.0, 2.0) for p in plans})
@@ -161,7 +162,10 @@ def test_pad_lone_lets_a_large_bfloat16_weight_pad_a_lone_row(monkeypatch):
     full, _, _ = weights(1024, 3072, torch.float32)
     chosen = {}
     assert choose(full, None, chosen, padded) == Plan(1, 1, "aten", 2, 32)  # the padded lone row timed too slow
-    assert list(chosen) == [((3072, 1024), torch.float32, "cpu", False, NO_PACKING)]
+    small, _, _ = weights(64, 192, torch.bfloat16)  # not timed: its plan and key are the same with PAD_LONE
+    assert choose(small, None, chosen, padded) == choose(small, None, {}, NO_PACKING)
+    assert list(chosen) == [((3072, 1024), torch.float32, "cpu", False, NO_PACKING),
+                            ((192, 64), torch.bfloat16, "cpu", False, NO_PACKING)]
 
 
 def test_a_padded_lone_bfloat16_row_equals_its_rows_in_any_batch():

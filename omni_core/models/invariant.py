@@ -214,8 +214,8 @@ def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict, kernel
     timed against ROW and (float32 on a CPU) ONEDNN where that holds; a smaller one on a CPU against its
     one-thread plan ("serial"): `fastest` of them. kernels: ATEN_ONLY, NO_PACKING or ALL_KERNELS, each with
     "+" + PAD_LONE where a lone bfloat16 row may be padded into its run."""
-    if weight.dtype not in LONE_ROW_EXACT:  # PAD_LONE changes no other dtype's plan: one key for both
-        kernels = kernels.replace("+" + PAD_LONE, "")
+    if weight.dtype not in LONE_ROW_EXACT or weight.numel() * weight.element_size() < TIMED_BYTES:
+        kernels = kernels.replace("+" + PAD_LONE, "")  # PAD_LONE changes no other weight's plan: one key for both
     key = (tuple(weight.shape), weight.dtype, weight.device.type, bias is not None, kernels)
     if key not in chosen:
         chosen[key] = _choose(weight, bias, kernels)
