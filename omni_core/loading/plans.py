@@ -19,8 +19,8 @@ import torch
 
 from omni_core.cache import machine
 from omni_core.loading import memory
-from omni_core.models.invariant import (ALL_KERNELS, ATEN_ONLY, LONE_ROW_EXACT, NO_PACKING, PAD_LONE, RULE, TIMED_BYTES,
-                                        Linear, Plan, plan_linears)
+from omni_core.models.invariant import (ALL_KERNELS, ATEN_ONLY, NO_PACKING, PAD_LONE, RULE, TIMED_BYTES, Linear, Plan,
+                                        pad_lone_applies, plan_linears)
 from omni_core.synthetic.tiny import cache_dir
 
 PACK_HEADROOM = 0.5  # of the packed bytes, left free after packing (the requests' caches, the page)
@@ -97,5 +97,4 @@ def plan_modules(modules, device: torch.device, fast_kernels: bool = True,
 def padded_lone_rows(modules) -> int:
     """How many large bfloat16/float16 matmuls pad a lone row (what pad_lone_rows changed: without it they take ROW)."""
     return sum(1 for root in modules for m in root.modules()
-               if isinstance(m, Linear) and m.weight.dtype in LONE_ROW_EXACT and m.plan.pad_min > 1
-               and m.weight.numel() * m.weight.element_size() >= TIMED_BYTES)
+               if isinstance(m, Linear) and pad_lone_applies(m.weight) and m.plan.pad_min > 1)

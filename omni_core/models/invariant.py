@@ -214,12 +214,22 @@ def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict, kernel
     timed against ROW and (float32 on a CPU) ONEDNN where that holds; a smaller one on a CPU against its
     one-thread plan ("serial"): `fastest` of them. kernels: ATEN_ONLY, NO_PACKING or ALL_KERNELS, each with
     "+" + PAD_LONE where a lone bfloat16 row may be padded into its run."""
-    if weight.dtype not in LONE_ROW_EXACT or weight.numel() * weight.element_size() < TIMED_BYTES:
+    if not pad_lone_applies(weight):
         kernels = kernels.replace("+" + PAD_LONE, "")  # PAD_LONE changes no other weight's plan: one key for both
     key = (tuple(weight.shape), weight.dtype, weight.device.type, bias is not None, kernels)
     if key not in chosen:
         chosen[key] = _choose(weight, bias, kernels)
     return chosen[key]
+
+
+def timed(weight: torch.Tensor) -> bool:
+    """A weight of TIMED_BYTES or more: its plan is chosen by timing (`_choose`)."""
+    return weight.numel() * weight.element_size() >= TIMED_BYTES
+
+
+def pad_lone_applies(weight: torch.Tensor) -> bool:
+    """A weight whose plan PAD_LONE can change: a timed one whose lone row must otherwise keep the 1-row kernel."""
+    return weight.dtype in LONE_ROW_EXACT and timed(weight)
 
 
 def first_holding(weight: torch.Tensor, bias: torch.Tensor | None) -> Plan:
@@ -228,7 +238,7 @@ def first_holding(weight: torch.Tensor, bias: torch.Tensor | None) -> Plan:
 
 
 def _choose(weight: torch.Tensor, bias: torch.Tensor | None, kernels: str) -> Plan:
-    large = weight.numel() * weight.element_size() >= TIMED_BYTES
+    large = timed(weight)
     others, packed = [], None
     if not large and "serial" in kernels and weight.device.type == "cpu":
         serial = on_one_thread(first_holding, weight, bias)
