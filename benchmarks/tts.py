@@ -11,9 +11,9 @@ For each size (`random:qwen3-tts-0.6b`, `-1.7b`) and dtype (float32, bfloat16): 
   steady        talker step + predictor + codec: a frame's work after the prefill
   total         submission to Done / frames; rtf = total_s / audio_s; first audio from submission
 
-The memory floor is the weight bytes one frame reads ÷ the copy traffic (read + write bytes per
-second, `copy_bandwidth`) measured in the same run, at a working set of the distinct weights a
-frame reads (capped at COPY_CAP: past the last-level cache a copy runs at DRAM speed). Counted:
+The memory floor is the weight bytes one frame reads ÷ the bytes per second a one-row bfloat16
+`F.linear` reads its weight at, from memory (`read_bandwidth`), measured in the same run. Counted
+(parameters and buffers: int8 weights count a byte each, and their scales):
 
   talker        every decoder layer, the final norm and codec_head once (one step); not the
                 embeddings (a row each) nor the text projection (the prompt's, computed at admission)
@@ -30,11 +30,15 @@ ms per frame over ours (submission to Done); `codes` says whether the greedy cod
 sides read one checkpoint written once by `ensure_random_tts` (bfloat16 on disk, the weights
 `random:` draws, in the synthetic cache). By default the package runs on 0.6B only: 1.7B in
 float32 is ~8 GB per side (~16 GB of RAM with both loaded) and the package's frames are slow here;
-`--reference-sizes 0.6b 1.7b` adds it. Sizes without the package load `random:<name>` directly.
+`--reference-sizes 0.6b 1.7b` adds it.
 `--layers N` cuts the talker on both sides (the predictor and the codec keep theirs): a quick run,
 not the real size.
 
+Ways: a dtype, or dtype/int8 (int8 weights: load_pipeline(quantize="int8")). A size's ways are loaded
+side by side and run interleaved with the package, round by round.
+
     .venv/bin/python -m benchmarks.tts [--quick] [--layers N] [--sizes 0.6b 1.7b] [--reference-sizes 0.6b]
+        [--ways float32 bfloat16 bfloat16/int8]
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.bench import copy_bandwidth, frame_weight_bytes, interleaved, machine, print_section, write_results
+from benchmarks.bench import interleaved, machine, print_section, write_results
 from omni_core import SpeechRequest, load_pipeline
 from omni_core.engine.output import MAX_CHUNK_FRAMES
 from omni_core.events import Done, Frame
@@ -59,7 +63,6 @@ REF_PYTHON = ROOT / ".venv-ref" / "bin" / "python"
 REF_SCRIPT = ROOT / "benchmarks" / "tts_reference.py"
 TEXT = "The quick brown fox jumps over the lazy dog, then rests in the shade of an old oak tree."
 SPEAKER, LANGUAGE = "vivian", "english"
-COPY_CAP = 1 << 30  # bytes: the copy's working set at most (a 1.7B float32 talker alone is ~5 GB)
 
 
 # ---- the package, as a subprocess --------------------------------------------------------------
@@ -141,8 +144,11 @@ def medians(rows: list[dict]) -> dict:
 # ---- the floor ----------------------------------------------------------------------------------
 
 def nbytes(module) -> int:
-    """Parameter bytes of `module` (None: an absent part, such as 0.6B's small_to_mtp_projection)."""
-    return 0 if module is None else sum(p.numel() * p.element_size() for p in module.parameters())
+    """Weight bytes of `module`: parameters and buffers (int8 weights and their scales are buffers; None: an
+    absent part, such as 0.6B's small_to_mtp_projection)."""
+    if module is None:
+        return 0
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
 
 
 def frame_bytes(pipe, frames: int) -> dict[str, int]:
@@ -151,20 +157,32 @@ def frame_bytes(pipe, frames: int) -> dict[str, int]:
     chunks, done = 0, 0
     while done < frames:  # the engine's chunks: 1, 2, 4, 8, 8, ... frames
         done, chunks = done + min(2 ** chunks, MAX_CHUNK_FRAMES), chunks + 1
+    predictor = 15 * (nbytes(cp.model.layers) + nbytes(cp.model.norm) + nbytes(cp.small_to_mtp_projection))
     return {"talker": nbytes(talker.model.layers) + nbytes(talker.model.norm) + nbytes(talker.codec_head),
-            "predictor": frame_weight_bytes(cp) + 15 * nbytes(cp.model.norm) + 15 * nbytes(cp.small_to_mtp_projection),
+            "predictor": predictor + nbytes(cp.lm_head),
             "codec": nbytes(pipe.code2wav.decoder) * chunks // frames}
 
 
-def floor(pipe, frames: int) -> dict:
+def read_bandwidth(repeats: int = 7) -> float:
+    """Bytes per second a one-row bfloat16 `F.linear` reads its weight at, weights out of the caches: 64
+    distinct 1024x3072 weights (384 MB, past any last-level cache here) each multiplied by one row in turn."""
+    weights = [torch.randn(1024, 3072).to(torch.bfloat16) for _ in range(64)]
+    x = torch.randn(1, 3072).to(torch.bfloat16)
+
+    def sweep():
+        for w in weights:
+            torch.nn.functional.linear(x, w)
+
+    seconds = interleaved({"read": sweep}, repeats)["read"]
+    return sum(w.numel() * w.element_size() for w in weights) / seconds
+
+
+def floor(pipe, frames: int, bandwidth: float) -> dict:
+    """The frame's weight bytes over `bandwidth` (read_bandwidth, measured in the same run)."""
     parts = frame_bytes(pipe, frames)
-    cp = pipe.talker.code_predictor
-    distinct = parts["talker"] + nbytes(cp.model.layers) + nbytes(cp.lm_head) + nbytes(pipe.code2wav.decoder)
-    working_set = min(distinct, COPY_CAP)
-    bandwidth = copy_bandwidth(working_set)
     ms = {k: 1000 * v / bandwidth for k, v in parts.items()}
-    return {"bytes_per_frame": {**parts, "all": sum(parts.values())}, "copy_working_set_bytes": working_set,
-            "copy_traffic_GBps": bandwidth / 1e9, "floor_ms": {**ms, "all": sum(ms.values())}}
+    return {"bytes_per_frame": {**parts, "all": sum(parts.values())}, "read_GBps": bandwidth / 1e9,
+            "floor_ms": {**ms, "all": sum(ms.values())}}
 
 
 def over_floor(per_frame: dict, floor_ms: dict) -> dict:
@@ -178,39 +196,53 @@ def over_floor(per_frame: dict, floor_ms: dict) -> dict:
     return ratios
 
 
-# ---- one size and dtype -------------------------------------------------------------------------
+# ---- one size, its ways interleaved --------------------------------------------------------------
 
-def bench_case(size: str, dtype: str, frames: int, repeats: int, layers: int | None,
+def parse_way(way: str) -> tuple[str, str | None]:
+    """"bfloat16" → ("bfloat16", None); "bfloat16/int8" → ("bfloat16", "int8")."""
+    dtype, _, quantize = way.partition("/")
+    return dtype, quantize or None
+
+
+def bench_size(size: str, ways: list[str], frames: int, repeats: int, layers: int | None,
                reference: Reference | None) -> dict:
+    """Every way (dtype, optionally quantized) of one size loaded side by side and run interleaved, with the
+    package (on the first way's dtype) in the same rounds. {way: its figures}."""
     name = f"qwen3-tts-{size}"
-    if reference is not None:  # both sides read the same folder
-        source = str(ensure_random_tts(name, layers))
-        loaded = reference.ask("load", model=source, dtype=dtype, threads=torch.get_num_threads())
-    else:
-        source = f"random:{name}" + (f"?layers={layers}" if layers else "")
-    pipe = load_pipeline(source, device="cpu", dtype=dtype)
+    source = str(ensure_random_tts(name, layers))  # every side reads the same folder
+    loaded = None
+    if reference is not None:
+        loaded = reference.ask("load", model=source, dtype=parse_way(ways[0])[0], threads=torch.get_num_threads())
+    pipes = {}
     try:
-        runs: dict[str, list] = {"omni_core": [], "qwen-tts": []}
-        cases = {"omni_core": lambda: runs["omni_core"].append(ours(pipe, frames))}
+        for way in ways:
+            dtype, quantize = parse_way(way)
+            pipes[way] = load_pipeline(source, device="cpu", dtype=dtype, quantize=quantize)
+            print(f"   {way}: {pipes[way].load_report}", flush=True)
+        runs: dict[str, list] = {way: [] for way in [*ways, "qwen-tts"]}
+        cases = {way: (lambda w=way: runs[w].append(ours(pipes[w], frames))) for way in ways}
         if reference is not None:
             cases["qwen-tts"] = lambda: runs["qwen-tts"].append(reference.ask(
                 "speak", text=TEXT, speaker=SPEAKER, language=LANGUAGE, max_frames=frames, codes=True))
-        wall = interleaved(cases, repeats)  # one warm-up call each, then ours, theirs, ours, theirs, ...
-        out = {"source": source, "talker_layers": pipe.config.talker.num_hidden_layers,
-               "ours_per_frame": medians([ours_per_frame(r) for r in runs["omni_core"][1:]])}
-        out["floor"] = floor(pipe, frames)
-        out["ours_over_floor"] = over_floor(out["ours_per_frame"], out["floor"]["floor_ms"])
-        if reference is not None:
-            theirs = runs["qwen-tts"][1:]
-            out["package_load_s"] = loaded["load_s"]
-            out["theirs_per_frame"] = medians([theirs_per_frame(r) for r in theirs])
-            out["speedup_end_to_end"] = out["theirs_per_frame"]["total_ms"] / out["ours_per_frame"]["total_ms"]
-            out["codes"] = compare_codes(runs["omni_core"][-1]["codes"], theirs[-1]["codes"])
-            out["wall_s_median"] = wall  # the parent's view: theirs includes the pipe's round trip
+        interleaved(cases, repeats)  # one warm-up call each, then every way in turn, each round
+        bandwidth = read_bandwidth()
+        theirs = medians([theirs_per_frame(r) for r in runs["qwen-tts"][1:]]) if reference is not None else None
+        out = {}
+        for way in ways:
+            row = {"source": source, "talker_layers": pipes[way].config.talker.num_hidden_layers,
+                   "ours_per_frame": medians([ours_per_frame(r) for r in runs[way][1:]]),
+                   "floor": floor(pipes[way], frames, bandwidth)}
+            row["ours_over_floor"] = over_floor(row["ours_per_frame"], row["floor"]["floor_ms"])
+            if theirs is not None:
+                row["package_load_s"], row["theirs_per_frame"] = loaded["load_s"], theirs
+                row["speedup_end_to_end"] = theirs["total_ms"] / row["ours_per_frame"]["total_ms"]
+                row["codes"] = compare_codes(runs[way][-1]["codes"], runs["qwen-tts"][-1]["codes"])
+            out[f"{size} {way}"] = row
         return out
     finally:
-        pipe.close()
-        del pipe
+        for pipe in pipes.values():
+            pipe.close()
+        pipes.clear()
         gc.collect()
 
 
@@ -230,7 +262,7 @@ def print_table(results: dict) -> None:
     print("ms per 80 ms frame (ours: talker step, predictor, codec, steady = their sum, its memory floor;"
           " total = submission to Done);\n×floor = steady / floor, ×fl t+p = the same without the codec;"
           " 1st audio: ms from submission; pkg: qwen-tts; ×faster = pkg total / our total")
-    print(f"{'case':<22}" + "".join(f"{c[0]:>10}" for c in COLUMNS))
+    print(f"{'case':<24}" + "".join(f"{c[0]:>10}" for c in COLUMNS))
     for case, row in results.items():
         if not isinstance(row, dict) or "ours_per_frame" not in row:
             continue
@@ -240,11 +272,11 @@ def print_table(results: dict) -> None:
             for key in path:
                 value = value.get(key) if isinstance(value, dict) else None
             cells.append(f"{value:>10.2f}" if isinstance(value, float) else f"{'-':>10}")
-        print(f"{case:<22}" + "".join(cells))
+        print(f"{case:<24}" + "".join(cells))
 
 
 def main(quick: bool = False, json_path: str = "bench_results/tts.json", layers: int | None = None,
-         sizes=("0.6b", "1.7b"), reference_sizes=("0.6b",), dtypes=("float32", "bfloat16"),
+         sizes=("0.6b", "1.7b"), reference_sizes=("0.6b",), ways=("float32", "bfloat16"),
          frames: int | None = None) -> dict:
     frames = frames or (6 if quick else 24)
     repeats = 2 if quick else 5
@@ -255,16 +287,14 @@ def main(quick: bool = False, json_path: str = "bench_results/tts.json", layers:
     results = {"machine": machine(), "text": TEXT, "speaker": SPEAKER, "language": LANGUAGE, "frames": frames,
                "repeats": repeats, "talker_layers_cut": layers, "package_sizes": with_package,
                "ours_only_sizes": [s for s in sizes if s not in with_package], "note": note}
-    print(note, flush=True)
+    print(f"{results['machine']}\n{note}", flush=True)
     log = Path(json_path).with_suffix(".reference.log")  # the package's stderr, this run's only
     log.unlink(missing_ok=True)
     for size in sizes:
+        print(f"-- {size}: {', '.join(ways)}", flush=True)
         reference = Reference(log) if size in reference_sizes else None
         try:
-            for dtype in dtypes:
-                key = f"{size} {dtype}"
-                print(f"-- {key}", flush=True)
-                results[key] = bench_case(size, dtype, frames, repeats, layers, reference)
+            results.update(bench_size(size, list(ways), frames, repeats, layers, reference))
         finally:
             if reference is not None:
                 reference.close()
@@ -280,8 +310,9 @@ if __name__ == "__main__":
     parser.add_argument("--frames", type=int, default=None, help="frames per request (default 24; --quick 6)")
     parser.add_argument("--sizes", nargs="*", default=["0.6b", "1.7b"])
     parser.add_argument("--reference-sizes", nargs="*", default=["0.6b"], help="sizes the package also runs")
-    parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"])
+    parser.add_argument("--ways", nargs="*", default=["float32", "bfloat16"],
+                        help="dtype, or dtype/int8 for int8 weights (e.g. bfloat16 bfloat16/int8)")
     parser.add_argument("--json", default="bench_results/tts.json")
     args = parser.parse_args()
-    results = main(args.quick, args.json, args.layers, args.sizes, args.reference_sizes, args.dtypes, args.frames)
+    results = main(args.quick, args.json, args.layers, args.sizes, args.reference_sizes, args.ways, args.frames)
     print_section("i", results)

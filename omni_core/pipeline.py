@@ -21,6 +21,7 @@ from omni_core.engine.threads import in_passing_thread
 from omni_core.events import Done, Result
 from omni_core.fast.predictors import Predictors
 from omni_core.loading.recipe import LoadedModel, load_model
+from omni_core.models import quant
 from omni_core.models.invariant import PLAIN, use_plan
 from omni_core.models.qwen3_tts import voices
 from omni_core.models.qwen3_tts.prompt import PromptBuilder
@@ -34,7 +35,8 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
                   compile: bool = False, revision: str | None = None, force: bool = False,
                   max_batch: int = 16, max_waiting: int | None = None, max_unread: int = MAX_UNREAD,
                   stall_s: float = STALL_S, batch_invariant: bool = True, pad_lone_rows: bool = False,
-                  codec_threads: int | None = None, codec_processes: int = 1) -> "Pipeline":
+                  codec_threads: int | None = None, codec_processes: int = 1,
+                  quantize: str | None = None) -> "Pipeline":
     """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape; 'tiny-tts' a Qwen3-TTS
     CustomVoice one), a checkpoint directory (Qwen3-Omni, or Qwen3-TTS: model_type qwen3_tts), or a hub
     id ('Qwen/Qwen3-Omni-30B-A3B-Instruct', 'Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice', fetched into the
@@ -73,6 +75,10 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     codec_processes: this many codec processes (of codec_threads kernel threads, 1 when not given), each
     request's stream in one of them (engine/codec_pool.py: a step's chunks decode in parallel, e.g.
     newcomers' first audio; the same audio).
+    quantize: None (the default), or "int8": the talker's, code predictor's and thinker's large matmuls with
+    int8 weights (symmetric, per output channel) and bfloat16 activations, quantized at load (models/quant.py):
+    half a bfloat16 model's bytes per frame, so about twice the speed where decoding is bound by memory; the
+    codec and the embeddings stay in float. Batch-invariant like the float path. CPU only.
     Close the pipeline (`close()`, or `with load_pipeline(...) as pipe:`) to end its engine thread."""
     options = dict(time_budget_s=time_budget_s, max_waiting=max_waiting, max_unread=max_unread, stall_s=stall_s)
     Scheduler(max_batch, **options)  # a bad option fails now, not after loading
@@ -84,12 +90,15 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     if codec_processes > 1 and codec_threads is None:
         codec_threads = 1
     threads = max(1, int(threads)) if threads is not None else torch.get_num_threads()
+    if quantize is not None and quantize not in quant.MODES:
+        raise ValueError(f"quantize must be None or one of {', '.join(quant.MODES)} (got {quantize!r})")
     if pad_lone_rows and not batch_invariant:
         raise ValueError("pad_lone_rows pads a lone row into its batch-invariant kernel; without batch invariance "
                          "there is none")
     # Compiled graphs take the plain weights (inductor packs its own): no oneDNN plans' packed copies.
     loaded = in_passing_thread(threads, load_model, source, device=device, dtype=dtype, revision=revision,
-                               force=force, fast_kernels=not compile, pad_lone_rows=bool(pad_lone_rows))
+                               force=force, fast_kernels=not compile, pad_lone_rows=bool(pad_lone_rows),
+                               quantize=quantize)
     log.info(loaded.report)
     if not batch_invariant:
         use_plan(loaded.modules.values(), PLAIN)
@@ -98,6 +107,7 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     pipe = Pipeline(loaded, max_batch=max_batch, compile=compile, threads=threads, codec_threads=codec_threads,
                     codec_processes=codec_processes, **options)
     pipe.batch_invariant, pipe.pad_lone_rows = bool(batch_invariant), bool(pad_lone_rows)
+    pipe.quantize = quantize
     return pipe
 
 
@@ -114,6 +124,7 @@ class Pipeline:
         self.device, self.dtype = loaded.device, loaded.dtype
         self.batch_invariant = True  # load_pipeline(batch_invariant=False) turns it off
         self.pad_lone_rows = False  # load_pipeline(pad_lone_rows=True) turns it on
+        self.quantize = None  # load_pipeline(quantize="int8") sets it
         self.source, self.random_weights, self.load_report = loaded.source, loaded.random_weights, loaded.report
         self.speakers = sorted(self.config.speakers)
         self.default_speaker = "ethan" if "ethan" in self.config.speakers else (self.speakers or [None])[0]
@@ -135,7 +146,7 @@ class Pipeline:
         return dict(
             source=self.source, name=Path(self.source).name or self.source, random_weights=self.random_weights,
             device=str(self.device), dtype=str(self.dtype).replace("torch.", ""), compiled=self.compiled,
-            batch_invariant=self.batch_invariant, pad_lone_rows=self.pad_lone_rows,
+            batch_invariant=self.batch_invariant, pad_lone_rows=self.pad_lone_rows, quantize=self.quantize,
             cuda_available=torch.cuda.is_available(), **self.abilities,
             default_speaker=self.default_speaker, sample_rate=cfg.sample_rate,
             samples_per_frame=cfg.codec.samples_per_frame,

@@ -78,7 +78,7 @@ class Runner:
         seq.reply = TextSteps(seq.builder)
         seq.max_text_tokens = req.max_text_tokens or default_text_tokens(len(seq.prompt_ids))
         seq.thinker_cache = m.thinker.model.new_cache(1, len(seq.prompt_ids) + seq.max_text_tokens,
-                                                      like=m.thinker.lm_head.weight)
+                                                      like=m.thinker.model.embed_tokens.weight)
         seq.thinker_todo = torch.tensor([seq.prompt_ids], device=m.device)  # prefilled by `prefill_thinker`
 
     def prefill_thinker(self, seq: Sequence) -> int:

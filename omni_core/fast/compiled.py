@@ -168,7 +168,7 @@ class CompiledPredictors:
 
     def example(self, sampling: str, size: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
         """Arguments of a `size`-row frame (their shapes and dtypes are what a package takes)."""
-        V, C, G = self.cp.lm_head[0].weight.shape[0], self.cp.embedding_dim, self.cp.num_code_groups
+        V, C, G = self.cp.lm_head[0].out_features, self.cp.embedding_dim, self.cp.num_code_groups
         h, e0 = (torch.zeros(size, C, dtype=dtype, device=device) for _ in range(2))  # two tensors, not one
         if sampling == "greedy":
             return h, e0
@@ -178,7 +178,7 @@ class CompiledPredictors:
     def warm_up(self, max_rows: int, report=None) -> None:
         """Load (or build) every frame a batch of up to `max_rows` rows uses, greedy-only and for every mix:
         the KV predictor's per bucket, the re-prefill predictor's 1-row frame."""
-        weight = self.cp.lm_head[0].weight
+        weight = self.cp.model.codec_embedding[0].weight  # its dtype and device (a head may be int8)
         for size in buckets_up_to(max_rows):
             for name in self.FNS:
                 for sampling in SAMPLINGS:

@@ -28,8 +28,8 @@ from omni_core.models.sampling import TOP_K_ALTERNATIVES
 class GraphPredictor:
     def __init__(self, cp: CodePredictor, buckets: tuple[int, ...] = BUCKETS):
         self.cp, self.buckets = cp, buckets
-        weight = cp.lm_head[0].weight
-        B, C, V, G = max(buckets), cp.embedding_dim, weight.shape[0], cp.num_code_groups
+        weight = cp.model.codec_embedding[0].weight
+        B, C, V, G = max(buckets), cp.embedding_dim, cp.lm_head[0].out_features, cp.num_code_groups
         dev, dt = weight.device, weight.dtype
         self.h = torch.zeros(B, C, dtype=dt, device=dev)  # static inputs
         self.e0 = torch.zeros(B, C, dtype=dt, device=dev)

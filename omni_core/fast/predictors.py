@@ -66,7 +66,7 @@ class Predictors:
                 return self.compiled.run(kind, h, e0)
             return EAGER[kind](self.cp, h, e0, GREEDY, alternatives=TOP_K_ALTERNATIVES)
         noise = torch.cat([self.cp.frame_noise(1, self.cp.sampling, g, self.device) if g is not None
-                           else torch.ones(self.cp.num_code_groups - 1, 1, self.cp.lm_head[0].weight.shape[0],
+                           else torch.ones(self.cp.num_code_groups - 1, 1, self.cp.lm_head[0].out_features,
                                            device=self.device) for g in generators], dim=1)  # [G-1, B, V]
         greedy_rows = torch.tensor([not s for s in sample], device=self.device)
         if use_graph:

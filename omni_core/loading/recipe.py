@@ -19,6 +19,7 @@ from omni_core.codec.code2wav import Code2Wav
 from omni_core.loading import memory, plans, qwen3_tts, random_weights
 from omni_core.loading.checkpoint import load_tokenizer, load_weights, materialize, read_config
 from omni_core.loading.hub import is_hub_id, resolve_source
+from omni_core.models import quant
 from omni_core.models.config import CheckpointError, OmniConfig
 from omni_core.models.qwen3_tts.config import TTSConfig
 from omni_core.models.qwen3_omni.talker import Talker
@@ -44,8 +45,9 @@ class LoadedModel:
 
 def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto",
                revision: str | None = None, force: bool = False, fast_kernels: bool = True,
-               pad_lone_rows: bool = False) -> LoadedModel:
-    """The recipe: read the source → build on meta → check memory → materialize → fill → plan the matmuls
+               pad_lone_rows: bool = False, quantize: str | None = None) -> LoadedModel:
+    """The recipe: read the source → build on meta → check memory → materialize → fill → quantize (quantize="int8":
+    the talker's, predictor's and thinker's large matmuls, models/quant.py) → plan the float matmuls
     (fast_kernels: plans with kernels besides F.linear allowed: small GEMMs on one thread, oneDNN; pad_lone_rows: a
     lone bfloat16 row may be padded into its batch's kernel; models/invariant.py)."""
     start = time.perf_counter()
@@ -66,6 +68,8 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
         else:
             cfg, tokenizer = read_config(path), load_tokenizer(path)
     dev = resolve_device(device)
+    if quantize is not None and dev.type != "cpu":
+        raise CheckpointError(f"quantize={quantize!r} runs on the CPU's int8 kernel; on {dev} load bfloat16 instead")
     modules = qwen3_tts.build_modules(cfg) if tts else build_modules(cfg)
 
     def needs_at(dt: torch.dtype) -> memory.MemoryPlan:
@@ -83,12 +87,16 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
         qwen3_tts.load(modules, path, cfg, dev, dt)
     else:
         load_weights(modules, path)
+    saved = quant.quantize_modules([modules[k] for k in ("thinker", "talker") if k in modules], quantize) if quantize else 0
     # batch-invariant matmuls: the cheapest kernel plan per shape
     plans.plan_modules(modules.values(), dev, fast_kernels, pad_lone_rows)
     report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)
     packed = sum(getattr(m, "packed", None) is not None for root in modules.values() for m in root.modules())
     if packed:
         report += f" · {packed} float32 matmuls through oneDNN (timed faster here: models/onednn.py)"
+    if quantize:
+        count = sum(isinstance(m, quant.Int8Linear) for root in modules.values() for m in root.modules())
+        report += f" · {quantize} weights: {count} matmuls, {saved / 1e9:.2f} GB less (the codec and embeddings in {str(dt).removeprefix('torch.')})"
     if pad_lone_rows:
         padded = plans.padded_lone_rows(modules.values())
         name = str(dt).removeprefix("torch.")

@@ -83,7 +83,7 @@ class CodePredictor(nn.Module):
         """Exp(1) noise [G-1, B, V] for one frame, or None when greedy."""
         if not sampling.do_sample:
             return None
-        vocab = self.lm_head[0].weight.shape[0]
+        vocab = self.lm_head[0].out_features
         return draw_noise((self.num_code_groups - 1, batch, vocab), generator, device)
 
 

@@ -56,7 +56,7 @@ class TalkerPromptBuilder:
 
     @property
     def device(self) -> torch.device:
-        return self.talker.codec_head.weight.device
+        return self.talker.model.codec_embedding.weight.device
 
     @torch.no_grad()
     def project(self, ids: torch.Tensor) -> torch.Tensor:

@@ -90,7 +90,7 @@ class PromptBuilder:
 
     @property
     def device(self) -> torch.device:
-        return self.talker.codec_head.weight.device
+        return self.talker.model.codec_embedding.weight.device
 
     def tokenize(self, text: str) -> list[int]:
         return list(self.tokenizer(text)["input_ids"])

@@ -48,7 +48,7 @@ class Talker(nn.Module):
     @torch.no_grad()
     def embed_codec(self, ids: list[int]) -> torch.Tensor:
         """Codec-vocabulary ids → the talker's codec embeddings [1, len(ids), H]."""
-        device = self.codec_head.weight.device
+        device = self.model.codec_embedding.weight.device
         return self.model.codec_embedding(torch.tensor([ids], device=device))
 
     def embed_codes(self, cb0: torch.Tensor, residual_embeds: torch.Tensor) -> torch.Tensor:

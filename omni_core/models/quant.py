@@ -1,0 +1,78 @@
+"""Weight-only int8: `load_pipeline(quantize="int8")`.
+
+Decoding one request reads every weight once per step and does little arithmetic with it,
+so its speed is the weights' bytes over the memory bandwidth. int8 weights halve a
+bfloat16 model's bytes. Each large matmul of the talker, the code predictor (and its
+heads) and the thinker becomes an `Int8Linear`:
+
+    weight [N, K] (float) → qweight int8 [N, K] = round(weight / scale), scale [N] = max|row| / 127
+
+symmetric, one scale per output channel, computed in float32 from the loaded weight. The
+product is torch's weight-only kernel `aten._weight_int8pack_mm(x [M, K], qweight, scale)`,
+whose vectorized x86 path takes bfloat16 activations: a call casts its rows to bfloat16 and
+its result back. That kernel computes every row on its own (no reduction across rows), so a
+row's bits do not depend on the other rows of the call: batch-invariant without a plan.
+Embeddings, norms, the MoE's stacked experts and the codec stay in float: they are rows
+read by index, arithmetic-bound, or (the codec) reported to hiss when quantized.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from omni_core.models.invariant import Linear
+
+MODES = ("int8",)
+MIN_WEIGHTS = 1 << 16  # smaller matmuls (gates, the tiny model's) stay in float: their bytes cost nothing
+
+
+def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """weight [N, K] → (int8 [N, K], bfloat16 scales [N]) with weight ≈ qweight * scale[:, None]."""
+    w = weight.detach().float()
+    # The kernel's scales are bfloat16: round them first, so the codes fit the scale the kernel multiplies by.
+    scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-30).to(torch.bfloat16)  # an all-zero row keeps a usable scale
+    qweight = torch.round(w / scale.float()[:, None]).clamp(-127, 127).to(torch.int8)
+    return qweight.contiguous(), scale
+
+
+class Int8Linear(nn.Module):
+    """y = x @ (qweight * scale).T + bias, rows in bfloat16 through the int8 kernel, in x's dtype out."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        qweight, scale = quantize_weight(linear.weight)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scale", scale)
+        self.bias = linear.bias  # float, as loaded
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)  # [M, K]
+        out = torch.ops.aten._weight_int8pack_mm(rows, self.qweight, self.scale).to(x.dtype)  # [M, N]
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*x.shape[:-1], self.out_features)
+
+    def dequantized(self) -> torch.Tensor:
+        """The weight this layer multiplies by, in float32 [N, K] (for tests and error measurements)."""
+        return self.qweight.float() * self.scale.float()[:, None]
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+def quantize_modules(modules, mode: str = "int8") -> int:
+    """Replace every large `Linear` under `modules` (the thinker, the talker with its code predictor)
+    by an `Int8Linear`, in place. Returns the bytes the weights shrank by."""
+    if mode not in MODES:
+        raise ValueError(f"quantize must be one of {', '.join(MODES)} (got {mode!r})")
+    saved = 0
+    for root in modules:
+        for parent in list(root.modules()):
+            for name, child in list(parent.named_children()):
+                if isinstance(child, Linear) and child.weight.numel() >= MIN_WEIGHTS:
+                    int8 = Int8Linear(child)
+                    saved += child.weight.numel() * (child.weight.element_size() - 1) - int8.scale.numel() * 2
+                    setattr(parent, name, int8)
+    return saved

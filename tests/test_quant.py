@@ -1,0 +1,93 @@
+"""int8 weights (omni_core/models/quant.py, load_pipeline(quantize="int8"))."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from omni_core import SpeechRequest, load_pipeline
+from omni_core.models.invariant import Linear
+from omni_core.models.quant import Int8Linear, quantize_weight
+
+
+def test_quantized_weight_is_within_half_a_step_of_the_weight():
+    w = torch.randn(96, 64, generator=torch.Generator().manual_seed(0))
+    w[3] = 0  # an all-zero row keeps a usable scale
+    q, scale = quantize_weight(w)
+    assert q.dtype == torch.int8 and q.abs().max() <= 127 and scale.shape == (96,)
+    step = scale.float()[:, None]
+    assert torch.all((q.float() * step - w).abs() <= step / 2 * (1 + 1e-6))
+    assert torch.all(q[3] == 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8_linear_equals_a_float_product_with_its_dequantized_weight(dtype):
+    """The kernel against F.linear in float32 on the same dequantized weight and bfloat16-rounded rows: they
+    differ by the kernel's bfloat16 output rounding (and its summation order) only."""
+    gen = torch.Generator().manual_seed(1)
+    linear = Linear(256, 384, bias=True)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(384, 256, generator=gen) / 16)
+        linear.bias.copy_(torch.randn(384, generator=gen))
+    linear = linear.to(dtype).requires_grad_(False)
+    int8 = Int8Linear(linear)
+    x = torch.randn(2, 5, 256, generator=gen).to(dtype)
+    got = int8(x)
+    assert got.shape == (2, 5, 384) and got.dtype == dtype
+    want = F.linear(x.to(torch.bfloat16).float(), int8.dequantized()) + linear.bias.float()
+    scale = want.abs().amax()
+    torch.testing.assert_close(got.float(), want, atol=float(scale) * 2 ** -7, rtol=2 ** -7)
+    assert not torch.equal(int8.dequantized(), linear.weight.float())  # it really is quantized
+
+
+def test_int8_linear_gives_a_row_the_same_bits_in_any_call():
+    """Batch invariance without a plan: each row of a 1..64-row call (and a 300-row one) equals its own 1-row call."""
+    gen = torch.Generator().manual_seed(2)
+    linear = Linear(512, 1536, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(1536, 512, generator=gen))
+    int8 = Int8Linear(linear.to(torch.bfloat16))
+    x = torch.randn(310, 512, generator=gen).to(torch.bfloat16)
+    with torch.no_grad():
+        solo = torch.cat([int8(x[r:r + 1]) for r in range(x.shape[0])])
+        for rows in [*range(2, 65), 300]:
+            for offset in (0, 3, 7):
+                assert torch.equal(int8(x[offset:offset + rows]), solo[offset:offset + rows]), (rows, offset)
+
+
+def test_an_int8_pipeline_gives_each_request_its_solo_codes():
+    """tiny-tts with int8 weights: three requests (greedy and sampled, KV and re-prefill) taken in together
+    equal their solo runs in codes and audio; the predictor's and talker's large matmuls are int8."""
+    from tests.test_engine import assert_same, collect
+
+    requests = [SpeechRequest("Listener one hears this.", max_frames=5, predictor="kv"),
+                SpeechRequest("And listener two.", max_frames=4),
+                SpeechRequest("Three, sampled.", max_frames=5, do_sample=True, seed=5, predictor="kv")]
+    with load_pipeline("tiny-tts", device="cpu", quantize="int8") as pipe:
+        assert pipe.info["quantize"] == "int8"
+        assert any(isinstance(m, Int8Linear) for m in pipe.talker.code_predictor.modules())
+        assert not any(isinstance(m, Int8Linear) for m in pipe.code2wav.modules())  # the codec stays in float
+        solo = [pipe.generate(r) for r in requests]
+        together = [collect(s) for s in pipe.stream_together(requests)]
+    for got, want in zip(together, solo):
+        assert_same(got, want)
+
+
+def test_the_real_width_int8_pipeline_counts_what_it_saved():
+    """Qwen3-TTS 0.6B at its real widths (one talker layer), bfloat16 → int8: every large talker and predictor
+    matmul is int8, the load report says how many and how many bytes went, and a request runs."""
+    with load_pipeline("random:qwen3-tts-0.6b?layers=1", device="cpu", dtype="bfloat16", quantize="int8") as pipe:
+        int8 = [m for m in pipe.talker.modules() if isinstance(m, Int8Linear)]
+        left = [m for m in pipe.talker.modules() if isinstance(m, Linear) and m.weight.numel() >= 1 << 16]
+        assert not left and len(int8) == 4 + 5 * 4 + 15 + 1 + 2  # talker layer, predictor layers, heads, codec_head, text_projection
+        saved = sum(m.qweight.numel() for m in int8)  # a byte saved per bfloat16 weight, less the scales
+        assert f"int8 weights: {len(int8)} matmuls" in pipe.load_report
+        assert f"{(saved - 2 * sum(m.scale.numel() for m in int8)) / 1e9:.2f} GB less" in pipe.load_report
+        result = pipe.generate(SpeechRequest("A short one.", max_frames=2, predictor="kv"))
+    assert result.codes.shape == (2, 16)
+
+
+def test_bad_quantize_options_are_refused_with_a_reason():
+    with pytest.raises(ValueError, match="quantize must be None or one of int8"):
+        load_pipeline("tiny", device="cpu", quantize="int4")
