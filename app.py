@@ -20,7 +20,7 @@ def main() -> None:
                              max_batch=args.max_batch, max_waiting=args.max_waiting,
                              batch_invariant=args.batch_invariant, pad_lone_rows=args.pad_lone_rows,
                              codec_threads=args.codec_threads or None,
-                             codec_processes=args.codec_processes)
+                             codec_processes=args.codec_processes, quantize=args.quantize)
         print(pipe.load_report, flush=True)
         if args.compile:
             pipe.warm_up(report=lambda message: print(message, flush=True))

@@ -75,6 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="bfloat16: a lone row runs in its batch's kernel, so requests beside it cost little on "
                              "CPUs whose 1-row kernel differs (each still gets its solo codes; a lone request's "
                              "last bits may differ from the official implementation's)")
+    parser.add_argument("--quantize", choices=["int8"], default=None,
+                        help="int8: the talker's and code predictor's large matmuls with int8 weights (CPU): about "
+                             "half the bytes per frame, so faster where decoding waits on memory; the codec stays in float")
     parser.add_argument("--max-waiting", type=_at_least_zero, default=None,
                         help="requests that may wait for a batch slot (default: 4 x --max-batch); more are refused "
                              "with a message")

@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     synth.add_argument("--instruct", default=None, help="Qwen3-TTS VoiceDesign (1.7B CustomVoice): how to speak")
     synth.add_argument("--device", default="auto")
     synth.add_argument("--dtype", default="auto")
+    synth.add_argument("--quantize", choices=["int8"], default=None, help="int8 weights for the large matmuls (CPU)")
     synth.add_argument("--max-frames", type=int, default=None)
     synth.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
     synth.add_argument("--seed", type=int, default=0)
@@ -48,7 +49,7 @@ def _synth(args) -> int:
 
     try:
         pipe = load_pipeline(args.model, device=args.device, dtype=args.dtype, compile=args.compile,
-                             revision=args.revision, force=args.force)
+                             revision=args.revision, force=args.force, quantize=args.quantize)
         print(pipe.load_report, file=sys.stderr)
         result = pipe.generate(SpeechRequest(args.text, mode=args.mode, predictor=args.predictor,
                                              speaker=args.speaker, max_frames=args.max_frames,

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
 import pytest
+import soundfile as sf
 import torch
 import torch.nn.functional as F
 
 from omni_core import SpeechRequest, load_pipeline
 from omni_core.models.invariant import Linear
 from omni_core.models.quant import Int8Linear, quantize_weight
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_quantized_weight_is_within_half_a_step_of_the_weight():
@@ -91,3 +99,24 @@ def test_the_real_width_int8_pipeline_counts_what_it_saved():
 def test_bad_quantize_options_are_refused_with_a_reason():
     with pytest.raises(ValueError, match="quantize must be None or one of int8"):
         load_pipeline("tiny", device="cpu", quantize="int4")
+
+
+def test_the_app_starts_with_int8_weights_and_says_so(tmp_path):
+    from app.cli import parse_args
+    from tests.conftest import launch_app
+
+    assert parse_args(["--quantize", "int8"]).quantize == "int8" and parse_args([]).quantize is None
+    with launch_app(tmp_path, "--quantize", "int8", OMNI_MODEL="tiny-tts") as url:
+        with urllib.request.urlopen(url, timeout=10) as page:
+            assert page.status == 200
+    log = (tmp_path / "server.log").read_text()
+    assert "int8 weights: 16 matmuls" in log, log[-2000:]
+
+
+def test_the_command_line_synthesizes_with_int8_weights(tmp_path):
+    out = tmp_path / "a.wav"
+    proc = subprocess.run([sys.executable, "-m", "omni_core", "synth", "Hello.", "--model", "tiny-tts",
+                           "--quantize", "int8", "--max-frames", "3", "--out", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "int8 weights" in proc.stderr and sf.info(str(out)).frames == 3 * 1920
