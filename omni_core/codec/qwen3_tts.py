@@ -178,6 +178,9 @@ ENCODER_RENAMES = (("encoder.layers.", "encoder.encoder_seanet.layers."),
                    ("encoder_transformer.", "encoder.encoder_transformer."), ("downsample.", "encoder.downsample."))
 
 
+NO_WINDOW = 2**31 - 1  # encoder steps: past any clip (the page takes 60 s, 1500 steps)
+
+
 def build_encoder(cfg: SplitCodecConfig, state: dict[str, torch.Tensor]) -> nn.Module:
     """transformers' MimiModel from the codec's encoder_config, its decoder half removed (as the
     package's Qwen3TTSTokenizerV2Encoder does), filled from `state` (the checkpoint's `encoder.*`
@@ -186,7 +189,13 @@ def build_encoder(cfg: SplitCodecConfig, state: dict[str, torch.Tensor]) -> nn.M
 
     from omni_core.models.config import CheckpointError
 
-    model = MimiModel(MimiConfig(**cfg.encoder))  # on the CPU: its rotary and conv buffers are made here
+    # The official tokenizer attends over the whole clip: its transformers (4.57.3) runs the encoder
+    # transformer once over all steps with a plain causal mask (`create_causal_mask`), and the eager and
+    # sdpa attention it loads the tokenizer with never read `sliding_window`. This transformers masks
+    # with the window (`create_sliding_window_causal_mask`), which changed every code from the window on
+    # (2 steps a frame; the released 250 is 10 s of audio). A window longer than any clip is that mask.
+    config = MimiConfig(**{**cfg.encoder, "sliding_window": NO_WINDOW})
+    model = MimiModel(config)  # on the CPU: its rotary and conv buffers are made here
     model.decoder = None
     renamed = {}
     for name, tensor in state.items():
