@@ -45,7 +45,7 @@ def window_clip(kind: str, times: float) -> np.ndarray:
     return tone(times * WINDOW_FRAMES[kind] * 1920 / 24000, seed=3)
 
 
-@pytest.mark.parametrize("dtype", ["float32"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("kind, times", [("base", 0.5), ("base", 1), ("base", 3), ("custom_voice", 3)])
 def test_encode_past_the_encoder_window_equals_the_package(kind, times, dtype):
     clip = window_clip(kind, times)
