@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from omni_core import RequestError
+from omni_core import RequestError, SpeechRequest
 from omni_core.codec.streaming import StreamingDecoder, push_together
 from tests.tts_oracle import oracle, our_tts, tone
 
@@ -32,6 +32,44 @@ def test_encode_equals_the_package(seconds, rate):
     assert got.dtype == np.int64 and got.shape == (int(np.ceil(len(clip) / 1920)), 16)
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(got[:, 0])) > 1  # the codes vary over time
+
+
+# The encoder transformer's `sliding_window` (encoder_config, in its own steps: two per frame) on the
+# oracle's checkpoints: custom_voice 16 steps (8 frames), base 32 (16 frames). The package's transformers
+# (4.57.3) attends over the whole clip, window or not; transformers 5 applied the window, so from the
+# window on the codes differed (#41).
+WINDOW_FRAMES = {"custom_voice": 8, "base": 16}
+
+
+def window_clip(kind: str, times: float) -> np.ndarray:
+    return tone(times * WINDOW_FRAMES[kind] * 1920 / 24000, seed=3)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("kind, times", [("base", 0.5), ("base", 1), ("base", 3), ("custom_voice", 3)])
+def test_encode_past_the_encoder_window_equals_the_package(kind, times, dtype):
+    clip = window_clip(kind, times)
+    want = oracle("encode", kind, {"audio": clip, "sample_rate": np.array(24000)}, dtype=dtype)["codes"]
+    got = our_tts(kind, dtype).encode(clip, 24000)
+    assert got.shape == want.shape == (round(times * WINDOW_FRAMES[kind]), 16)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("times", [0.5, 1, 3])
+def test_a_clone_from_a_clip_past_the_encoder_window_equals_the_package(times):
+    """The Base model's reference codes come from the same encoder (ICL clone, both text modes)."""
+    clip = window_clip("base", times)
+    reqs = [dict(text="Good morning world", language="English", ref_text="Hello the voice", ref_audio=clip,
+                 ref_sample_rate=24000, max_frames=4, text_input=mode) for mode in ("streaming", "whole")]
+    want = oracle("run", "base", reqs)
+    for i, req in enumerate(reqs):
+        got = our_tts("base").generate(SpeechRequest(
+            req["text"], language=req["language"], reference_audio=(24000, clip), reference_text=req["ref_text"],
+            max_frames=req["max_frames"], text_input=req["text_input"]))
+        np.testing.assert_array_equal(got.codes, want[f"codes_{i}"], err_msg=f"request {i}")
+        audio = want[f"audio_{i}"]  # the package's cut may keep the reference's last sample (test_tts_talker)
+        assert 0 <= len(audio) - len(got.audio) <= 1
+        np.testing.assert_allclose(got.audio, audio[len(audio) - len(got.audio):], atol=1e-4)
 
 
 def test_xvector_equals_the_package():

@@ -73,7 +73,7 @@ def oracle(command: str, kind: str | Path, payload, dtype: str = "float32") -> d
         else:
             np.savez(tmp, **payload)
         partial = out.with_name(f"{out.stem}.{os.getpid()}.partial.npz")
-        args = [command, str(folder), str(tmp), str(partial)] + (["--dtype", dtype] if command == "run" else [])
+        args = [command, str(folder), str(tmp), str(partial)] + (["--dtype", dtype] if command in ("run", "encode") else [])
         _call(args)
         os.replace(partial, out)
         tmp.unlink()

@@ -178,15 +178,26 @@ ENCODER_RENAMES = (("encoder.layers.", "encoder.encoder_seanet.layers."),
                    ("encoder_transformer.", "encoder.encoder_transformer."), ("downsample.", "encoder.downsample."))
 
 
-def build_encoder(cfg: SplitCodecConfig, state: dict[str, torch.Tensor]) -> nn.Module:
+NO_WINDOW = 2**31 - 1  # encoder steps: past any clip (the page takes 60 s, 1500 steps)
+
+
+def build_encoder(cfg: SplitCodecConfig, state: dict[str, torch.Tensor], device: torch.device | str = "cpu",
+                  dtype: torch.dtype = torch.float32) -> nn.Module:
     """transformers' MimiModel from the codec's encoder_config, its decoder half removed (as the
     package's Qwen3TTSTokenizerV2Encoder does), filled from `state` (the checkpoint's `encoder.*`
-    tensors, prefix dropped: parameters and the codebooks' statistics buffers)."""
+    tensors, prefix dropped: parameters and the codebooks' statistics buffers), on `device` in `dtype`
+    but for its rotary frequencies."""
     from transformers import MimiConfig, MimiModel
 
     from omni_core.models.config import CheckpointError
 
-    model = MimiModel(MimiConfig(**cfg.encoder))  # on the CPU: its rotary and conv buffers are made here
+    # The official tokenizer attends over the whole clip: its transformers (4.57.3) runs the encoder
+    # transformer once over all steps with a plain causal mask (`create_causal_mask`), and the eager and
+    # sdpa attention it loads the tokenizer with never read `sliding_window`. This transformers masks
+    # with the window (`create_sliding_window_causal_mask`), which changed every code from the window on
+    # (2 steps a frame; the released 250 is 10 s of audio). A window longer than any clip is that mask.
+    config = MimiConfig(**{**cfg.encoder, "sliding_window": NO_WINDOW})
+    model = MimiModel(config)  # on the CPU: its rotary and conv buffers are made here
     model.decoder = None
     renamed = {}
     for name, tensor in state.items():
@@ -201,4 +212,12 @@ def build_encoder(cfg: SplitCodecConfig, state: dict[str, torch.Tensor]) -> nn.M
         what = "lacks" if missing else "has unknown"
         raise CheckpointError(f"speech_tokenizer/model.safetensors {what} encoder tensors: {names[0]} "
                               f"({len(names)} in all)")
+    # The rotary frequencies stay float32, as the package's are (made in float32, never cast): `.to(dtype)`
+    # casts every floating buffer, and bfloat16 frequencies turn every position otherwise, which changed
+    # bfloat16 codes (#41).
+    rotary = {name: buf.clone() for name, buf in model.named_buffers() if name.endswith("inv_freq")}
+    model.to(device, dtype)
+    for name, buf in rotary.items():
+        owner, leaf = name.rsplit(".", 1)
+        setattr(model.get_submodule(owner), leaf, buf.to(device))
     return model.eval().requires_grad_(False)

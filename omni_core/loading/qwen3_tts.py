@@ -74,7 +74,7 @@ def load(modules: dict[str, nn.Module], path: Path, cfg: TTSConfig, device: torc
     codec = modules["code2wav"]
     load_weights({"decoder": codec.decoder}, path / CODEC_DIR)
     if cfg.codec.encoder is not None:
-        codec.encoder = build_encoder(cfg.codec, encoder_state(path / CODEC_DIR)).to(device, dtype)
+        codec.encoder = build_encoder(cfg.codec, encoder_state(path / CODEC_DIR), device, dtype)
 
 
 def encoder_state(folder: Path) -> dict[str, torch.Tensor]:

@@ -5,7 +5,7 @@ imports omni_core: it is the reference, built and run with the official classes 
 
     build ROOT                      write custom_voice/, voice_design/, base/ under ROOT
     run MODEL REQUESTS.json OUT.npz greedy generation through the package's wrapper
-    encode MODEL IN.npz OUT.npz     the codec's encoder alone (IN: audio, sample_rate)
+    encode MODEL IN.npz OUT.npz     the codec's encoder alone (IN: audio, sample_rate; --dtype)
     decode MODEL IN.npz OUT.npz     the codec's decoder alone (IN: codes [T, 16])
     xvector MODEL IN.npz OUT.npz    the Base model's speaker embedding of a 24 kHz clip
 
@@ -75,7 +75,8 @@ KINDS = {
         predictor=dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, head_dim=16),
         speakers={"vivian": 3000, "ryan": 3001, "dylan": 3002}, dialects={"dylan": "beijing_dialect"},
-        codec=dict(sliding_window=6), generation=dict(repetition_penalty=1.05)),
+        codec=dict(sliding_window=6), encoder=dict(sliding_window=16),  # the encoder's: 8 frames
+        generation=dict(repetition_penalty=1.05)),
     # No speakers; the talker is wider than the predictor (small_to_mtp_projection).
     "voice_design": dict(
         size="1b7", talker=dict(hidden_size=96, intermediate_size=160, num_hidden_layers=3,
@@ -89,7 +90,8 @@ KINDS = {
                                 num_attention_heads=4, num_key_value_heads=2, head_dim=12, mrope_section=[2, 2, 2]),
         predictor=dict(hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                        num_key_value_heads=1, head_dim=24),
-        speakers={}, dialects={}, codec=dict(sliding_window=6), generation=dict(repetition_penalty=1.05),
+        speakers={}, dialects={}, codec=dict(sliding_window=6), encoder=dict(sliding_window=32),  # 16 frames
+        generation=dict(repetition_penalty=1.05),
         speaker_encoder=dict(mel_dim=128, enc_channels=[32, 32, 32, 32, 96], enc_kernel_sizes=[5, 3, 3, 3, 1],
                              enc_dilations=[1, 2, 3, 4, 1], enc_attention_channels=16, enc_res2net_scale=4,
                              enc_se_channels=16, sample_rate=24000)),
@@ -184,6 +186,7 @@ def codec_config(kind: str) -> dict:
                    vector_quantization_hidden_dimension=8, num_semantic_quantizers=1, upsample_groups=16,
                    num_hidden_layers=2, intermediate_size=32, num_attention_heads=2, num_key_value_heads=2,
                    head_dim=8, sliding_window=250, use_causal_conv=True, compress=2)
+    encoder.update(KINDS[kind].get("encoder", {}))  # a short window (in encoder steps, 2 per frame)
     return dict(encoder_config=encoder, decoder_config=decoder, encoder_valid_num_quantizers=16,
                 input_sample_rate=24000, output_sample_rate=24000, decode_upsample_rate=1920,
                 encode_downsample_rate=1920)
@@ -363,8 +366,8 @@ def generate(tts, req: dict):
                                     **greedy)
 
 
-def encode(folder: Path, audio: np.ndarray, sample_rate: int) -> dict[str, np.ndarray]:
-    tok = codec_tokenizer(folder)
+def encode(folder: Path, audio: np.ndarray, sample_rate: int, dtype: str = "float32") -> dict[str, np.ndarray]:
+    tok = codec_tokenizer(folder, dtype)
     codes = tok.encode(audio.astype(np.float32), sr=sample_rate).audio_codes[0]
     return {"codes": codes.cpu().numpy().astype(np.int64)}
 
@@ -380,9 +383,9 @@ def xvector(folder: Path, audio: np.ndarray) -> dict[str, np.ndarray]:
     return {"xvector": tts.model.extract_speaker_embedding(audio.astype(np.float32), 24000).float().numpy()}
 
 
-def codec_tokenizer(folder: Path):
+def codec_tokenizer(folder: Path, dtype: str = "float32"):
     from qwen_tts import Qwen3TTSTokenizer
-    return Qwen3TTSTokenizer.from_pretrained(str(folder / "speech_tokenizer"), dtype=torch.float32)
+    return Qwen3TTSTokenizer.from_pretrained(str(folder / "speech_tokenizer"), dtype=getattr(torch, dtype))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -401,6 +404,8 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("model", type=Path)
         p.add_argument("inputs", type=Path)
         p.add_argument("out", type=Path)
+        if name == "encode":
+            p.add_argument("--dtype", default="float32")
     args = parser.parse_args(argv)
     torch.set_grad_enabled(False)
 
@@ -413,7 +418,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         inputs = np.load(args.inputs)
         if args.command == "encode":
-            result = encode(args.model, inputs["audio"], int(inputs["sample_rate"]))
+            result = encode(args.model, inputs["audio"], int(inputs["sample_rate"]), args.dtype)
         elif args.command == "decode":
             result = decode(args.model, inputs["codes"])
         else:
