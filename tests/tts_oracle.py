@@ -6,7 +6,7 @@ tests/reference/qwen_tts_oracle.py and caches its .npz output beside them, keyed
 oracle script, the checkpoint and the inputs, so a second test run does not start the
 package again. `oracle` also takes a checkpoint folder of ours (a tiny preset), which the
 package reads through `package_view`. `our_tts(kind)` loads our pipeline on the same
-checkpoint. Tests that need the oracle skip, saying why, when .venv-ref is missing
+checkpoint (in exact mode). Tests that need the oracle skip, saying why, when .venv-ref is missing
 (scripts/setup_ref.sh makes it).
 """
 
@@ -126,10 +126,12 @@ def _call(args: list[str]) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def our_tts(kind: str, dtype: str = "float32"):
+def our_tts(kind: str, dtype: str = "float32", exact: bool = True):
+    """Our pipeline on the oracle's checkpoint: in exact mode (the official bits, the parity tests') unless
+    exact=False (the default, batch-invariant mode: the engine tests)."""
     from omni_core import load_pipeline
 
-    return load_pipeline(checkpoint(kind), device="cpu", dtype=dtype)
+    return load_pipeline(checkpoint(kind), device="cpu", dtype=dtype, exact=exact)
 
 
 def tone(seconds: float = 1.3, rate: int = 24000, seed: int = 0) -> np.ndarray:
