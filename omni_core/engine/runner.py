@@ -54,14 +54,15 @@ class Runner:
 
     # ---- one request ----------------------------------------------------------------------------
 
-    def admit(self, seq: Sequence) -> None:
-        """Prompts and codec stream; for chat mode the thinker's prompt to prefill (`prefill_thinker`)."""
+    def admit(self, seq: Sequence, audio: bool = True) -> None:
+        """Prompts and codec stream (audio=False: none, for scoring); for chat mode the thinker's prompt to
+        prefill (`prefill_thinker`)."""
         m, req = self.model, seq.req
         if m.prompts is not None:
-            return self.admit_tts(seq)
+            return self.admit_tts(seq, audio)
         seq.prompt_ids = m.chat_prompt(req.text)
         seq.builder = TalkerPromptBuilder(m.config, m.thinker, m.talker)
-        seq.decoder = self.new_stream()
+        seq.decoder = self.new_stream() if audio else None
         if req.mode == "speak":
             # The reply is the text. For text-only input the talker reads only the thinker's
             # (projected) token embeddings, never its hidden states (as HF): no thinker forward.
@@ -85,7 +86,7 @@ class Runner:
             self.take_token(seq, m.thinker(piece, seq.thinker_cache)[:, -1])
         return piece.shape[1]
 
-    def admit_tts(self, seq: Sequence) -> None:
+    def admit_tts(self, seq: Sequence, audio: bool = True) -> None:
         """Qwen3-TTS: the talker's prompt from the request (a clone's x-vector and reference codes
         first), and the codec stream (a clone's reference codes go in first: the package decodes
         reference + new codes and returns the new part)."""
@@ -98,7 +99,7 @@ class Runner:
             if req.reference_text is not None:
                 codes = m.code2wav.encode(wav)  # [T, 16]
                 reference = (req.reference_text, codes)
-        seq.decoder = self.new_stream(None if reference is None else reference[1].T)
+        seq.decoder = self.new_stream(None if reference is None else reference[1].T) if audio else None
         prompt = m.prompts.build(req.text, voice, req.text_input == "whole", req.instruct, xvector, reference)
         seq.prompt_ids, seq.reply, seq.talker_prompt = prompt.ids, prompt.text, prompt.embeds
         seq.emit(TextDelta(req.text, seq.reply.spoken))
