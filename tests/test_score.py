@@ -70,3 +70,22 @@ def test_an_edit_is_scored_and_bad_codes_are_refused():
     for bad in (result.codes[:, :15], result.codes.astype(float), result.codes + 5000, -result.codes - 1):
         with pytest.raises(RequestError):
             pipe.score(bad, request)
+
+
+def test_cli_scores_a_codes_file(tmp_path, capsys):
+    """`python -m omni_core score codes.npy --text ...`: a line on stdout, every frame's scores in --json."""
+    import json
+
+    from omni_core.cli import main
+
+    pipe = our_pipeline("tiny")
+    request = SpeechRequest("Score me please", max_frames=4)
+    result = pipe.generate(request)
+    np.save(tmp_path / "c.npy", result.codes)
+    assert main(["score", str(tmp_path / "c.npy"), "--text", request.text, "--device", "cpu", "--dtype", "float32",
+                 "--json", str(tmp_path / "s.json")]) == 0
+    assert "4 frames scored" in capsys.readouterr().out
+    scores = json.loads((tmp_path / "s.json").read_text())
+    np.testing.assert_allclose(np.exp(scores["logprobs"]), result.probs, rtol=1e-6)
+    assert np.array_equal(scores["top_codes"], result.top_codes)
+    assert main(["score", str(tmp_path / "missing.npy"), "--text", "x"]) == 2
