@@ -18,7 +18,7 @@ def main() -> None:
                              time_budget_s=args.time_budget, compile=args.compile,
                              revision=args.revision, force=args.force,
                              max_batch=args.max_batch, max_waiting=args.max_waiting,
-                             batch_invariant=args.batch_invariant, pad_lone_rows=args.pad_lone_rows,
+                             batch_invariant=args.batch_invariant, exact=args.exact,
                              codec_threads=args.codec_threads or None,
                              codec_processes=args.codec_processes, quantize=args.quantize)
         print(pipe.load_report, flush=True)

@@ -71,10 +71,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-batch-invariance", dest="batch_invariant", action="store_false",
                         help="plain matmuls: a little faster for batches of float32 rows, but a request beside "
                              "others may get other codes than alone (default: batch-invariant)")
-    parser.add_argument("--pad-lone-rows", action="store_true",
-                        help="bfloat16: a lone row runs in its batch's kernel, so requests beside it cost little on "
-                             "CPUs whose 1-row kernel differs (each still gets its solo codes; a lone request's "
-                             "last bits may differ from the official implementation's)")
+    parser.add_argument("--exact", action="store_true",
+                        help="the official implementation's bits for every request: one request at a time on plain "
+                             "matmuls (slower under load; default: batched, batch-invariant, the fastest kernels "
+                             "that hold)")
     parser.add_argument("--quantize", choices=["int8"], default=None,
                         help="int8: the talker's and code predictor's large matmuls with int8 weights (CPU): about "
                              "half the bytes per frame, so faster where decoding waits on memory; the codec stays in float")
@@ -87,8 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--time-budget", type=float, default=300.0,
                         help="seconds one request may run before it is stopped (default: 300)")
     args = parser.parse_args(argv)
-    if args.pad_lone_rows and not args.batch_invariant:
-        parser.error("--pad-lone-rows pads a lone row into its batch-invariant kernel: not with --no-batch-invariance")
+    if args.exact and args.quantize:
+        parser.error(f"--exact gives the official implementation's bits, which --quantize {args.quantize} cannot: "
+                     "choose one of the two")
     if args.threads is None:
         args.threads = default_threads(args.host, args.share)
     return args

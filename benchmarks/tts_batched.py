@@ -11,11 +11,12 @@ depends on the CPU: a memory-bound step reads the weights once for every row of 
 without native bfloat16 converts on every row (BENCHMARKS.md (k): bfloat16 costs the same per row at
 any count there), and float32's small-row GEMMs cost 2-4x a 1-row call on this EPYC.
 
---ways runs several pipelines, their rounds interleaved too: "exact" (the default plans), "padded"
-(`pad_lone_rows=True`: a lone bfloat16 row in its batch's kernel), "plain" (no batch invariance).
+--ways runs several pipelines, their rounds interleaved too: "default" (batch-invariant plans, a lone row padded
+into its batch's kernel), "exact" (`exact=True`: one request at a time on plain matmuls), "plain" (no batch
+invariance).
 
     .venv/bin/python -m benchmarks.tts_batched [--quick] [--dtypes float32 bfloat16] [--counts 1 4 8]
-        [--ways exact padded plain]
+        [--ways default exact plain]
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from benchmarks.bench import machine, print_section, run_concurrently, summarize
 from omni_core import SpeechRequest, load_pipeline
 
 SOURCE = "random:qwen3-tts-0.6b"
-WAYS = {"exact": {}, "padded": {"pad_lone_rows": True}, "plain": {"batch_invariant": False}}
+WAYS = {"default": {}, "exact": {"exact": True}, "plain": {"batch_invariant": False}}
 
 
 def requests(n: int, frames: int) -> list[SpeechRequest]:
@@ -35,7 +36,7 @@ def requests(n: int, frames: int) -> list[SpeechRequest]:
                           predictor="kv") for i in range(n)]
 
 
-def bench_dtype(dtype: str, counts: tuple[int, ...], frames: int, repeats: int, ways=("exact",)) -> dict:
+def bench_dtype(dtype: str, counts: tuple[int, ...], frames: int, repeats: int, ways=("default",)) -> dict:
     """{way: results} (the results alone for one way), the ways' pipelines loaded together, rounds interleaved."""
     pipes = {way: load_pipeline(SOURCE, device="cpu", dtype=dtype, max_batch=max(counts), max_waiting=max(counts),
                                 **WAYS[way]) for way in ways}
@@ -80,7 +81,7 @@ def plans_used(pipe) -> dict[str, int]:
 
 
 def main(quick: bool = False, json_path: str = "bench_results/tts_batched.json", dtypes=("float32", "bfloat16"),
-         counts=(1, 4, 8), frames: int | None = None, ways=("exact",)) -> dict:
+         counts=(1, 4, 8), frames: int | None = None, ways=("default",)) -> dict:
     frames = frames or (8 if quick else 16)
     repeats = 1 if quick else 3
     results = {"machine": machine(), "source": SOURCE, "frames": frames, "repeats": repeats}
@@ -98,7 +99,7 @@ if __name__ == "__main__":
     parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"])
     parser.add_argument("--counts", nargs="*", type=int, default=[1, 4, 8])
     parser.add_argument("--frames", type=int, default=None, help="frames per request (default 16; --quick 8)")
-    parser.add_argument("--ways", nargs="*", default=["exact"], choices=list(WAYS))
+    parser.add_argument("--ways", nargs="*", default=["default"], choices=list(WAYS))
     parser.add_argument("--json", default="bench_results/tts_batched.json")
     args = parser.parse_args()
     main(args.quick, args.json, args.dtypes, args.counts, args.frames, args.ways)

@@ -1,4 +1,5 @@
-"""Command line: `python -m omni_core synth "text" ...` and `python -m omni_core bench`."""
+"""Command line: `python -m omni_core synth "text" ...`, `python -m omni_core score codes.npy --text ...` and
+`python -m omni_core bench`."""
 
 from __future__ import annotations
 
@@ -31,6 +32,16 @@ def main(argv: list[str] | None = None) -> int:
     synth.add_argument("--compile", action="store_true", help="torch.compile the decode steps (compiles first)")
     synth.add_argument("--out", default="out.wav", help="WAV file to write")
     synth.add_argument("--codes", default=None, help=".npy (or .json) file for the codes [T, 16]")
+    synth.add_argument("--exact", action="store_true", help="the official implementation's bits (load_pipeline(exact=True))")
+    score = sub.add_parser("score", help="a codes file → each code's log-probability under the model (teacher-forced)")
+    score.add_argument("codes", help=".npy or .json codes file [T, 16]")
+    score.add_argument("--text", required=True, help="the request's text (with --mode, --speaker, ...: the prompt)")
+    for name in ("model", "revision", "mode", "predictor", "speaker", "language", "instruct", "device", "dtype"):
+        action = next(a for a in synth._actions if a.dest == name)
+        score.add_argument(*action.option_strings, default=action.default, choices=action.choices, help=action.help)
+    score.add_argument("--top", type=int, default=5, help="alternatives per code (default: 5)")
+    score.add_argument("--exact", action="store_true", help="the official implementation's bits")
+    score.add_argument("--json", default=None, help="write every frame's scores to this JSON file")
     bench = sub.add_parser("bench", help="benchmark against the HF reference")
     bench.add_argument("--quick", action="store_true", help="fewer repeats and sizes (a smoke run)")
     bench.add_argument("--json", default="bench_results/bench.json")
@@ -39,7 +50,35 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         from benchmarks.bench import main as bench_main
         return bench_main(quick=args.quick, json_path=args.json, only=args.only)
+    if args.command == "score":
+        return _score(args)
     return _synth(args)
+
+
+def _score(args) -> int:
+    import json
+
+    from omni_core import CheckpointError, RequestError, SpeechRequest, load_codes, load_pipeline
+
+    try:
+        codes = load_codes(args.codes)
+        with load_pipeline(args.model, device=args.device, dtype=args.dtype, revision=args.revision,
+                           exact=args.exact) as pipe:
+            print(pipe.load_report, file=sys.stderr)
+            score = pipe.score(codes, SpeechRequest(args.text, mode=args.mode, predictor=args.predictor,
+                                                    speaker=args.speaker, language=args.language,
+                                                    instruct=args.instruct), k=args.top)
+    except (CheckpointError, RequestError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"codes": score.codes.tolist(), "logprobs": score.logprobs.tolist(),
+                       "top_codes": score.top_codes.tolist(), "top_probs": score.top_probs.tolist()}, f)
+    per_frame = score.logprobs.sum(1) if len(score.codes) else np.zeros(0)
+    worst = (f"; least likely frame {int(per_frame.argmin())} ({per_frame.min():.2f})" if len(per_frame) else "")
+    print(f"{len(score.codes)} frames scored: mean log-probability {score.mean_logprob:.3f} per code{worst}")
+    return 0
 
 
 def _synth(args) -> int:
@@ -49,7 +88,8 @@ def _synth(args) -> int:
 
     try:
         pipe = load_pipeline(args.model, device=args.device, dtype=args.dtype, compile=args.compile,
-                             revision=args.revision, force=args.force, quantize=args.quantize)
+                             revision=args.revision, force=args.force, exact=args.exact,
+                             quantize=args.quantize)
         print(pipe.load_report, file=sys.stderr)
         result = pipe.generate(SpeechRequest(args.text, mode=args.mode, predictor=args.predictor,
                                              speaker=args.speaker, max_frames=args.max_frames,

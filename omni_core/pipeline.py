@@ -34,7 +34,7 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
                   threads: int | None = None, time_budget_s: float | None = None,
                   compile: bool = False, revision: str | None = None, force: bool = False,
                   max_batch: int = 16, max_waiting: int | None = None, max_unread: int = MAX_UNREAD,
-                  stall_s: float = STALL_S, batch_invariant: bool = True, pad_lone_rows: bool = False,
+                  stall_s: float = STALL_S, batch_invariant: bool = True, exact: bool = False,
                   codec_threads: int | None = None, codec_processes: int = 1,
                   quantize: str | None = None) -> "Pipeline":
     """'tiny' (the embedded random-weight model; 'tiny-b' is a second shape; 'tiny-tts' a Qwen3-TTS
@@ -62,13 +62,13 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     batch_invariant: True (the default): a request's codes do not depend on what runs beside it (each
     matmul's batch-invariant plan, models/invariant.py); False: plain matmuls, a little faster for
     batches of float32 rows (BENCHMARKS.md (h)), and a request beside others may get other codes.
-    pad_lone_rows: bfloat16 and float16 only. False (the default): a lone row takes the 1-row kernel the
-    official implementations' lone call takes, so where the CPU's 1-row kernel rounds otherwise than its
-    2..32-row one (an AMD EPYC of family 26), every row of a batch runs as its own call through those
-    weights. True: a lone row is padded into the batch's kernel: each request still gets its solo codes
-    beside any others, and rows beside it cost little (Qwen3-TTS 0.6B in bfloat16, 8 at once: 1.44x the
-    frames/s there, BENCHMARKS.md y), but a lone request's last bits, and so maybe its greedy codes, may differ
-    from the official implementation's on such a CPU.
+    The default mode is batch-invariant with the fastest kernels that hold: a lone row may be padded into its
+    batch's kernel, so a request's last bits (and so, rarely, a greedy code) may differ from the official
+    implementation's lone call; its per-frame log-probabilities agree within the tolerances
+    tests/test_fidelity.py measures.
+    exact: every request gets the official implementation's bits: one request at a time (max_batch 1,
+    whatever is passed) on plain matmuls (invariant.PLAIN), each shaped as the official code shapes it.
+    The parity tests run in this mode.
     codec_threads: decode the audio in a process of its own with this many kernel threads, while the
     engine runs its next step (engine/codec_process.py; CPU only, the same audio bits as in the engine's
     thread at that many threads); None: the engine's thread decodes it within its step.
@@ -92,21 +92,22 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     threads = max(1, int(threads)) if threads is not None else torch.get_num_threads()
     if quantize is not None and quantize not in quant.MODES:
         raise ValueError(f"quantize must be None or one of {', '.join(quant.MODES)} (got {quantize!r})")
-    if pad_lone_rows and not batch_invariant:
-        raise ValueError("pad_lone_rows pads a lone row into its batch-invariant kernel; without batch invariance "
-                         "there is none")
+    if quantize is not None and exact:
+        raise ValueError(f"exact=True gives the official implementation's bits, which {quantize} weights cannot: "
+                         "choose one of the two")
+    if exact:
+        max_batch = 1
     # Compiled graphs take the plain weights (inductor packs its own): no oneDNN plans' packed copies.
     loaded = in_passing_thread(threads, load_model, source, device=device, dtype=dtype, revision=revision,
-                               force=force, fast_kernels=not compile, pad_lone_rows=bool(pad_lone_rows),
-                               quantize=quantize)
+                               force=force, fast_kernels=not compile, quantize=quantize)
     log.info(loaded.report)
-    if not batch_invariant:
+    if exact or not batch_invariant:
         use_plan(loaded.modules.values(), PLAIN)
     if codec_threads is not None and loaded.device.type != "cpu":
         raise ValueError(f"codec_threads runs the codec on CPU threads; this model is on {loaded.device}")
     pipe = Pipeline(loaded, max_batch=max_batch, compile=compile, threads=threads, codec_threads=codec_threads,
                     codec_processes=codec_processes, **options)
-    pipe.batch_invariant, pipe.pad_lone_rows = bool(batch_invariant), bool(pad_lone_rows)
+    pipe.batch_invariant, pipe.exact = bool(batch_invariant) and not exact, bool(exact)
     pipe.quantize = quantize
     return pipe
 
@@ -123,7 +124,7 @@ class Pipeline:
         self.speaker_encoder = loaded.modules.get("speaker_encoder")
         self.device, self.dtype = loaded.device, loaded.dtype
         self.batch_invariant = True  # load_pipeline(batch_invariant=False) turns it off
-        self.pad_lone_rows = False  # load_pipeline(pad_lone_rows=True) turns it on
+        self.exact = False  # load_pipeline(exact=True): the official bits, one request at a time
         self.quantize = None  # load_pipeline(quantize="int8") sets it
         self.source, self.random_weights, self.load_report = loaded.source, loaded.random_weights, loaded.report
         self.speakers = sorted(self.config.speakers)
@@ -146,7 +147,7 @@ class Pipeline:
         return dict(
             source=self.source, name=Path(self.source).name or self.source, random_weights=self.random_weights,
             device=str(self.device), dtype=str(self.dtype).replace("torch.", ""), compiled=self.compiled,
-            batch_invariant=self.batch_invariant, pad_lone_rows=self.pad_lone_rows, quantize=self.quantize,
+            batch_invariant=self.batch_invariant, exact=self.exact, quantize=self.quantize,
             cuda_available=torch.cuda.is_available(), **self.abilities,
             default_speaker=self.default_speaker, sample_rate=cfg.sample_rate,
             samples_per_frame=cfg.codec.samples_per_frame,
@@ -270,6 +271,26 @@ class Pipeline:
         if self.compiled:
             report(f"warm-up done in {time.perf_counter() - started:.0f} s (the last {time.perf_counter() - requests:.0f} s: "
                    f"a short request per decode path)")
+
+    def score(self, codes, request: SpeechRequest, k: int = 5):
+        """Teacher-forced: how likely this model finds `codes` [T, 16] for `request` (its text, mode, speaker,
+        voice, predictor and sampling settings define the prompt and the distributions) → a `Score` with the
+        log-probability and probability of every given code and its top-k alternatives (ids, probabilities),
+        frame by frame and codebook by codebook, under the processed distributions the engine draws from: for a
+        take this pipeline generated, the probabilities it reported (engine/score.py). In the engine's thread,
+        between its steps. Raises RequestError for codes of the wrong shape or range, or a bad request."""
+        from omni_core.engine.score import score
+
+        codes = np.asarray(codes)
+        G, size = self.config.num_code_groups, self.config.codec.codebook_size
+        if codes.ndim != 2 or codes.shape[1] != G or not np.issubdtype(codes.dtype, np.integer):
+            raise RequestError(f"codes must be integers of shape [frames, {G}], got {codes.dtype} {list(codes.shape)}")
+        if codes.size and (codes.min() < 0 or codes.max() >= size):
+            raise RequestError(f"codes must lie in 0..{size - 1}")
+        if not 1 <= int(k) <= size:
+            raise RequestError(f"k must be between 1 and {size}, got {k}")
+        seq = self._sequence(request, None, overlap=False)
+        return self.engine.call(score, self.engine.runner, seq, codes.astype(np.int64), int(k))
 
     # ---- audio → codes → audio ----------------------------------------------------------------
 

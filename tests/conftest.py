@@ -72,7 +72,8 @@ def hf(preset):
 
 @pytest.fixture
 def pipe(preset):
-    return our_pipeline(preset)
+    """The parity tests' pipeline: exact mode, the official implementation's bits (one request at a time)."""
+    return our_pipeline(preset, exact=True)
 
 
 # ---- app tests: real `python app.py` servers ----------------------------------------------

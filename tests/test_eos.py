@@ -42,7 +42,7 @@ def eos_preset(request, eos_root):
     path = ensure_eos_model(eos_root, request.param)
     torch.manual_seed(0)
     hf = Qwen3OmniMoeForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
-    return path, load_pipeline(str(path), device="cpu", dtype="float32"), hf
+    return path, load_pipeline(str(path), device="cpu", dtype="float32", exact=True), hf
 
 
 @pytest.fixture(scope="module")

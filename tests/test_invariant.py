@@ -9,11 +9,13 @@ import torch.nn.functional as F
 
 from omni_core.models import invariant
 from omni_core.models import onednn
-from omni_core.models.invariant import (ATEN_ONLY, MIN_RUN, NO_PACKING, ONEDNN, PAD_LONE, PLAIN, ROW, ROWWISE, SAFE,
-                                        TIMED_BYTES, Linear, Plan, candidates, choose, fastest, first_holding, holds,
-                                        linear, runs, with_many)
+from omni_core.models.invariant import (ATEN_ONLY, MIN_RUN, NO_PACKING, ONEDNN, PLAIN, ROWWISE, SAFE, TIMED_BYTES,
+                                        Linear, Plan, candidates, choose, fastest, first_holding, holds, linear,
+                                        runs)
 
 from .conftest import our_pipeline
+
+ROW = Plan(1, 1)  # every row its own 1-row call (a plan no weight is given now; it always holds)
 
 # (K, N): tiny projections, a codec head, the real code predictor's FFN, a real talker's down projection
 # (K = 6144: bfloat16's one-row kernel differs there), the real 1.7B talker's FFN.
@@ -116,64 +118,44 @@ def test_the_fastest_plan_puts_a_lone_row_first_then_batches():
 
 @pytest.fixture
 def timed(monkeypatch):
-    """The plans `choose` timed, call by call; the fake timings make ROW fastest alone, nothing within 1.5x."""
+    """The plans `choose` timed, call by call; the fake timings make ONEDNN fastest, the rest alike."""
     calls = []
 
     def fake_timings(plans, weight, bias=None, **kwargs):
         calls.append(plans)
-        return {p: (1.0, 8.0) if p == ROW else (2.0, 2.0) for p in plans}
+        return {p: (1.0, 1.0) if p == ONEDNN else (2.0, 2.0) for p in plans}
 
     monkeypatch.setattr(invariant, "timings", fake_timings)
     return calls
 
 
-def test_a_large_weight_is_timed_against_row_and_onednn(timed):
+def test_a_large_weight_is_timed_against_onednn_only(timed):
+    """No call per row any more: a large float32 weight's run is timed against ONEDNN where that holds."""
     large, _, _ = weights(1024, 3072, torch.float32)  # 12 MB
-    row = with_many(ROW, first_holding(large, None))  # ROW, keeping the run for calls of several positions
-    assert row._replace(many_pad_min=0, many_chunk=0) == ROW and choose(large, None, {}) == row
-    assert ROW in timed[0] and (ONEDNN in timed[0]) == holds(ONEDNN, large)
-    assert choose(large, None, {}, NO_PACKING) == row and ONEDNN not in timed[1]
-    assert all(p.kernel != "serial" for p in timed[0] + timed[1])
+    onednn_holds = holds(ONEDNN, large)
+    assert choose(large, None, {}) == (ONEDNN if onednn_holds else first_holding(large, None))
+    assert all(p.kernel != "serial" and p != ROW for p in sum(timed, []))
+    assert not timed or (ONEDNN in timed[0]) == onednn_holds
+    assert choose(large, None, {}, NO_PACKING) == first_holding(large, None)
 
 
-def test_a_large_bfloat16_weight_never_pads_a_lone_row(monkeypatch):
-    """Where a lone row's kernel differs from the run's (first_holding pads it), a bfloat16 weight takes ROW
-    (keeping the run for calls of several positions) even when the padded plan times fastest: a lone bfloat16
-    row must get the official 1-row call's bits. float32 still goes by the timings."""
+def test_a_large_weight_pads_a_lone_row_into_its_run(monkeypatch):
+    """Where a lone row's kernel differs from the run's (first_holding pads it), every dtype takes the run (the
+    default since issue 42; `exact=True` gives the official 1-row call's bits), whatever the timings."""
     monkeypatch.setattr(invariant, "first_holding", lambda weight, bias: Plan(2, 32))
     monkeypatch.setattr(invariant, "timings", lambda plans, *args, **kwargs: {p: (1.0, 1.0) if p == Plan(2, 32)
                                                                            else (1.0, 8.0) for p in plans})
-    for dtype, want in ((torch.bfloat16, Plan(1, 1, "aten", 2, 32)), (torch.float32, Plan(2, 32))):
+    for dtype in (torch.bfloat16, torch.float32):
         large, _, _ = weights(1024, 3072, dtype)
-        assert choose(large, None, {}, NO_PACKING) == want, dtype
-
-
-def test_pad_lone_lets_a_large_bfloat16_weight_pad_a_lone_row(monkeypatch):
-    """With PAD_LONE (load_pipeline(pad_lone_rows=True)) a bfloat16 weight takes its run, a lone row padded into
-    it, where it would take ROW; a float32 weight still goes by the timings, and it and a small weight keep the keys
-    they have without it (no probing again)."""
-    monkeypatch.setattr(invariant, "first_holding", lambda weight, bias: Plan(2, 32))
-    monkeypatch.setattr(invariant, "timings", lambda plans, *args, **kwargs: {p: (1.0, 8.0) if p == ROW
-                                                                           else (2.0, 2.0) for p in plans})
-    padded = NO_PACKING + "+" + PAD_LONE
-    half, _, _ = weights(1024, 3072, torch.bfloat16)
-    assert choose(half, None, {}, padded) == Plan(2, 32)
-    assert choose(half, None, {}, NO_PACKING) == Plan(1, 1, "aten", 2, 32)
-    full, _, _ = weights(1024, 3072, torch.float32)
-    chosen = {}
-    assert choose(full, None, chosen, padded) == Plan(1, 1, "aten", 2, 32)  # the padded lone row timed too slow
-    small, _, _ = weights(64, 192, torch.bfloat16)  # not timed: its plan and key are the same with PAD_LONE
-    assert choose(small, None, chosen, padded) == choose(small, None, {}, NO_PACKING)
-    assert list(chosen) == [((3072, 1024), torch.float32, "cpu", False, NO_PACKING),
-                            ((192, 64), torch.bfloat16, "cpu", False, NO_PACKING)]
+        assert choose(large, None, {}, NO_PACKING) == Plan(2, 32), dtype
 
 
 def test_a_padded_lone_bfloat16_row_equals_its_rows_in_any_batch():
-    """On the real kernels: under PAD_LONE a large bfloat16 weight (K = 2048: ROW by default on an AMD EPYC of
-    family 26) takes its holding run, and a lone row, padded into it, equals its row in every batch."""
+    """On the real kernels: a large bfloat16 weight (K = 2048: a lone row's kernel differs from 2..32 rows' on an
+    AMD EPYC of family 26) takes its holding run, and a lone row, padded into it, equals its row in every batch."""
     weight, _, g = weights(2048, 1024, torch.bfloat16)
     assert weight.numel() * weight.element_size() >= TIMED_BYTES
-    plan = choose(weight, None, {}, ATEN_ONLY + "+" + PAD_LONE)
+    plan = choose(weight, None, {}, ATEN_ONLY)
     assert plan == first_holding(weight, None) != ROW
     x = torch.randn(40, 2048, generator=g).to(torch.bfloat16)
     alone = torch.cat([linear(row[None], weight, None, plan) for row in x])
@@ -215,44 +197,6 @@ def test_a_one_thread_plan_holds_whatever_the_callers_threads(dtype):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
-
-
-def test_row_holds_and_gives_f_linear_per_row():
-    weight, bias, g = weights(1024, 3072, torch.float32, bias=True)
-    assert holds(ROW, weight, bias)
-    x = torch.randn(5, 1024, generator=g)
-    assert torch.equal(linear(x, weight, bias, ROW), torch.cat([F.linear(row[None], weight, bias) for row in x]))
-
-
-def test_row_keeps_its_run_for_calls_of_several_positions_per_request(monkeypatch):
-    """Under ROW a request's single position is its own 1-row call, but a call whose requests bring several
-    positions each ([B, T, K], a predictor's 2-position first step) runs the rows in the run's blocks:
-    one F.linear for 3 requests' 2 positions, not 6, and a lone request's 2 rows are exactly a plain 2-row
-    call (the official implementation's: on a CPU whose lone row takes another kernel than 2..32 rows, the
-    6 calls gave other bits), and, where the run holds, each request's rows equal its lone call's."""
-    assert with_many(ROW, Plan(2, 32)) == Plan(1, 1, "aten", 2, 32)
-    assert with_many(Plan(2, 15), Plan(2, 15)) == Plan(2, 15) and with_many(ONEDNN, Plan(4, 32)) == ONEDNN
-    weight, bias, g = weights(1024, 3072, torch.bfloat16, bias=True)
-    plan = with_many(ROW, Plan(2, 32))
-    x = torch.randn(3, 2, 1024, generator=g).to(torch.bfloat16)
-    plain, calls = F.linear, []
-
-    def counted(*args):
-        calls.append(args[0].numel() // args[0].shape[-1])  # rows
-        return plain(*args)
-
-    monkeypatch.setattr(F, "linear", counted)
-    together = linear(x, weight, bias, plan)
-    assert calls == [6]  # ROW alone: [1] * 6
-    alone = [linear(x[b:b + 1], weight, bias, plan) for b in range(3)]
-    calls.clear()
-    linear(x[:, :1], weight, bias, plan)
-    assert calls == [1, 1, 1]  # one position per request: a call per row, as ROW
-    monkeypatch.undo()
-    assert torch.equal(alone[0], F.linear(x[:1], weight, bias))
-    if holds(Plan(2, 32), weight, bias):  # the run holds on this CPU: a request's rows ignore the others
-        for b in range(3):
-            assert torch.equal(together[b:b + 1], alone[b])
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
@@ -319,20 +263,6 @@ def test_a_loaded_pipeline_has_a_plan_that_holds_for_every_matmul():
         assert all(holds(plan, w) for plan, w in zip(m.plans, m.plan_weights()))
 
 
-def test_inside_exact_a_call_is_plain_f_linear():
-    """A request's own prefill runs with the reference's kernels: one call for all its rows."""
-    from omni_core.models.invariant import exact
-
-    weight, _, g = weights(1024, 3072, torch.float32)
-    x = torch.randn(1, 1024, generator=g)  # a lone float32 row: padded by the plan (2 rows on the Xeon, 2-4 on the EPYC)
-    plan = next(p for p in candidates(runs(weight)) if holds(p, weight))  # the run's plan, before timing
-    assert plan.pad_min > 1
-    assert not torch.equal(linear(x, weight, None, plan), F.linear(x, weight))  # another kernel: other bits
-    with exact():
-        assert torch.equal(linear(x, weight, None, plan), F.linear(x, weight))
-    assert not torch.equal(linear(x, weight, None, plan), F.linear(x, weight))  # and only inside
-
-
 def test_a_pipeline_without_batch_invariance_runs_plain_matmuls():
     """load_pipeline(batch_invariant=False): every matmul one plain F.linear (the option for people who
     never batch, or accept other codes beside others); the default keeps the chosen plans."""
@@ -344,26 +274,33 @@ def test_a_pipeline_without_batch_invariance_runs_plain_matmuls():
     assert our_pipeline("tiny").info["batch_invariant"] is True
 
 
-def test_a_pipeline_with_padded_lone_rows_gives_each_request_its_solo_codes():
-    """load_pipeline(pad_lone_rows=True) at Qwen3-TTS 0.6B's real widths (one talker layer), bfloat16: no
-    large bfloat16 matmul runs a call per row (ROW), and requests taken in together get their solo codes and
-    audio. It needs batch invariance."""
+def test_an_exact_pipeline_runs_one_request_at_a_time_on_plain_matmuls():
+    """load_pipeline(exact=True): every matmul one plain F.linear, as the official code calls it, and one request
+    at a time (max_batch 1): the official bits for every request."""
+    from omni_core import load_pipeline
+
+    with load_pipeline("tiny", device="cpu", exact=True, max_batch=8) as pipe:
+        linears = [m for root in (pipe.thinker, pipe.talker) for m in root.modules() if isinstance(m, Linear)]
+        assert {m.plan for m in linears} == {PLAIN}
+        experts = [m for m in pipe.talker.modules() if hasattr(m, "plan_weights")]
+        assert experts and all(set(m.plans) == {PLAIN} for m in experts)
+        assert pipe.info["exact"] is True and pipe.info["batch_invariant"] is False and pipe.info["max_batch"] == 1
+    assert our_pipeline("tiny").info["exact"] is False
+
+
+def test_a_large_bfloat16_pipeline_gives_each_request_its_solo_codes():
+    """Qwen3-TTS 0.6B's real widths (one talker layer), bfloat16, default mode: no large bfloat16 matmul runs a
+    call per row, and requests taken in together get their solo codes and audio."""
     from omni_core import SpeechRequest, load_pipeline
-    from omni_core.loading.plans import padded_lone_rows
     from tests.test_engine import assert_same, collect
 
     requests = [SpeechRequest("Listener one hears this.", max_frames=4, predictor="kv"),
                 SpeechRequest("And listener two.", max_frames=3),
                 SpeechRequest("Three, sampled.", max_frames=4, do_sample=True, seed=5, predictor="kv")]
-    with load_pipeline("random:qwen3-tts-0.6b?layers=1", device="cpu", dtype="bfloat16", pad_lone_rows=True) as pipe:
+    with load_pipeline("random:qwen3-tts-0.6b?layers=1", device="cpu", dtype="bfloat16") as pipe:
         large = [m for m in pipe.talker.modules() if isinstance(m, Linear) and m.weight.numel() * 2 >= TIMED_BYTES]
-        assert large and not any(m.plan[:2] == ROW[:2] for m in large) and pipe.info["pad_lone_rows"] is True
-        padded = padded_lone_rows(m for m in (pipe.thinker, pipe.talker, pipe.code2wav) if m is not None)
-        assert ("matmuls pad a lone row" in pipe.load_report) == (padded > 0)  # the load says what it changed
-        assert ("pad_lone_rows changes no matmul" in pipe.load_report) == (padded == 0)
+        assert large and not any(m.plan[:2] == ROW[:2] for m in large)
         solo = [pipe.generate(r) for r in requests]
         together = [collect(s) for s in pipe.stream_together(requests)]
     for got, want in zip(together, solo):
         assert_same(got, want)
-    with pytest.raises(ValueError, match="without batch invariance"):
-        load_pipeline("tiny", device="cpu", batch_invariant=False, pad_lone_rows=True)

@@ -96,9 +96,16 @@ def test_the_real_width_int8_pipeline_counts_what_it_saved():
     assert result.codes.shape == (2, 16)
 
 
-def test_bad_quantize_options_are_refused_with_a_reason():
+def test_bad_quantize_options_are_refused_with_a_reason(capsys):
+    from app.cli import parse_args
+
     with pytest.raises(ValueError, match="quantize must be None or one of int8"):
         load_pipeline("tiny", device="cpu", quantize="int4")
+    with pytest.raises(ValueError, match="exact=True gives the official implementation's bits, which int8"):
+        load_pipeline("tiny", device="cpu", quantize="int8", exact=True)
+    with pytest.raises(SystemExit):
+        parse_args(["--exact", "--quantize", "int8"])
+    assert "--exact gives the official implementation's bits" in capsys.readouterr().err
 
 
 def test_the_app_starts_with_int8_weights_and_says_so(tmp_path):

@@ -61,7 +61,7 @@ def run_ours(out: str) -> None:
     path = _setup()
     before = _peak_rss()
     t0 = time.perf_counter()
-    pipe = load_pipeline(str(path), device="cpu", dtype="float32")
+    pipe = load_pipeline(str(path), device="cpu", dtype="float32", exact=True)
     load_s, peak = time.perf_counter() - t0, _peak_rss()
     weights = sum(p.numel() * p.element_size() for m in (pipe.thinker, pipe.talker, pipe.code2wav)
                   for p in m.parameters())

@@ -40,13 +40,14 @@ def test_the_engine_leaves_a_core_to_a_browser_on_this_machine(monkeypatch):
     assert parse_args([]).threads == 1
 
 
-def test_padded_lone_rows_need_batch_invariance(capsys):
+def test_exact_is_asked_for_and_pad_lone_rows_is_gone(capsys):
+    """--exact: the official bits (load_pipeline(exact=True)); padding a lone row is the default now, so
+    --pad-lone-rows no longer exists."""
     from app.cli import parse_args
 
-    assert parse_args(["--pad-lone-rows"]).pad_lone_rows and not parse_args([]).pad_lone_rows
+    assert parse_args(["--exact"]).exact and not parse_args([]).exact
     with pytest.raises(SystemExit):
-        parse_args(["--pad-lone-rows", "--no-batch-invariance"])
-    assert "not with --no-batch-invariance" in capsys.readouterr().err
+        parse_args(["--pad-lone-rows"])
 
 
 def test_the_codec_process_is_asked_for_with_its_threads():

@@ -6,7 +6,7 @@ tests/reference/qwen_tts_oracle.py and caches its .npz output beside them, keyed
 oracle script, the checkpoint and the inputs, so a second test run does not start the
 package again. `oracle` also takes a checkpoint folder of ours (a tiny preset), which the
 package reads through `package_view`. `our_tts(kind)` loads our pipeline on the same
-checkpoint. Tests that need the oracle skip, saying why, when .venv-ref is missing
+checkpoint (in exact mode). Tests that need the oracle skip, saying why, when .venv-ref is missing
 (scripts/setup_ref.sh makes it).
 """
 
@@ -28,6 +28,7 @@ from omni_core.synthetic.tiny import cache_dir
 ROOT = Path(__file__).resolve().parent.parent
 REF_PYTHON = ROOT / ".venv-ref" / "bin" / "python"
 SCRIPT = ROOT / "tests" / "reference" / "qwen_tts_oracle.py"
+SCORES = ROOT / "tests" / "reference" / "qwen_tts_scores.py"  # greedy takes with each frame's raw logits
 KINDS = ("custom_voice", "voice_design", "base")
 
 
@@ -55,14 +56,15 @@ def checkpoint(kind: str) -> Path:
     return root / kind
 
 
-def oracle(command: str, kind: str | Path, payload, dtype: str = "float32") -> dict[str, np.ndarray]:
+def oracle(command: str, kind: str | Path, payload, dtype: str = "float32", script: Path = SCRIPT) -> dict[str, np.ndarray]:
     """Run `command` (run | encode | decode | xvector) on checkpoint `kind` (one of KINDS, or a folder
     of ours) with `payload` (the request list for run, a dict of arrays otherwise); the outputs as
-    arrays. Cached on disk by content."""
+    arrays. Cached on disk by content. script: SCORES for `run` with the raw logits of every frame."""
     folder = package_view(kind) if isinstance(kind, Path) else checkpoint(kind)
     tag = folder.name  # the kind, or our folder's name and content hash
     blob = json.dumps(payload, sort_keys=True, default=_jsonable).encode()
-    key = hashlib.sha256(blob + command.encode() + tag.encode() + dtype.encode()).hexdigest()[:20]
+    mark = b"" if script == SCRIPT else script.read_bytes()  # another script: its own runs
+    key = hashlib.sha256(blob + command.encode() + tag.encode() + dtype.encode() + mark).hexdigest()[:20]
     out = oracle_root() / "runs" / f"{command}-{key}.npz"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -74,7 +76,7 @@ def oracle(command: str, kind: str | Path, payload, dtype: str = "float32") -> d
             np.savez(tmp, **payload)
         partial = out.with_name(f"{out.stem}.{os.getpid()}.partial.npz")
         args = [command, str(folder), str(tmp), str(partial)] + (["--dtype", dtype] if command in ("run", "encode") else [])
-        _call(args)
+        _call(args, script)
         os.replace(partial, out)
         tmp.unlink()
     with np.load(out) as data:
@@ -119,17 +121,19 @@ def _jsonable(x):
     raise TypeError(type(x))
 
 
-def _call(args: list[str]) -> None:
-    proc = subprocess.run([str(REF_PYTHON), str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT)
+def _call(args: list[str], script: Path = SCRIPT) -> None:
+    proc = subprocess.run([str(REF_PYTHON), str(script), *args], capture_output=True, text=True, cwd=ROOT)
     if proc.returncode:
         raise RuntimeError(f"the oracle failed ({' '.join(args[:2])}):\n{proc.stderr[-3000:]}")
 
 
 @functools.lru_cache(maxsize=None)
-def our_tts(kind: str, dtype: str = "float32"):
+def our_tts(kind: str, dtype: str = "float32", exact: bool = True):
+    """Our pipeline on the oracle's checkpoint: in exact mode (the official bits, the parity tests') unless
+    exact=False (the default, batch-invariant mode: the engine tests)."""
     from omni_core import load_pipeline
 
-    return load_pipeline(checkpoint(kind), device="cpu", dtype=dtype)
+    return load_pipeline(checkpoint(kind), device="cpu", dtype=dtype, exact=exact)
 
 
 def tone(seconds: float = 1.3, rate: int = 24000, seed: int = 0) -> np.ndarray:

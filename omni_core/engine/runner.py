@@ -20,7 +20,6 @@ from omni_core.codec.streaming import StreamingDecoder
 from omni_core.engine.sequence import Sequence, default_text_tokens
 from omni_core.engine.speech_model import SpeechModel
 from omni_core.events import TextDelta
-from omni_core.models.invariant import exact
 from omni_core.models.layers import KVCache
 from omni_core.models.qwen3_omni.prompt import TalkerPromptBuilder, TextSteps
 from omni_core.models.qwen3_tts import voices
@@ -55,19 +54,15 @@ class Runner:
 
     # ---- one request ----------------------------------------------------------------------------
 
-    def admit(self, seq: Sequence) -> None:
-        """Prompts and codec stream; in chat mode the thinker's prefill and the reply's first token.
-        One request's own work: plain matmuls, the reference's kernels (`invariant.exact`)."""
-        with exact():
-            self._admit(seq)
-
-    def _admit(self, seq: Sequence) -> None:
+    def admit(self, seq: Sequence, audio: bool = True) -> None:
+        """Prompts and codec stream (audio=False: none, for scoring); for chat mode the thinker's prompt to
+        prefill (`prefill_thinker`)."""
         m, req = self.model, seq.req
         if m.prompts is not None:
-            return self.admit_tts(seq)
+            return self.admit_tts(seq, audio)
         seq.prompt_ids = m.chat_prompt(req.text)
         seq.builder = TalkerPromptBuilder(m.config, m.thinker, m.talker)
-        seq.decoder = self.new_stream()
+        seq.decoder = self.new_stream() if audio else None
         if req.mode == "speak":
             # The reply is the text. For text-only input the talker reads only the thinker's
             # (projected) token embeddings, never its hidden states (as HF): no thinker forward.
@@ -82,18 +77,16 @@ class Runner:
         seq.thinker_todo = torch.tensor([seq.prompt_ids], device=m.device)  # prefilled by `prefill_thinker`
 
     def prefill_thinker(self, seq: Sequence) -> int:
-        """The next piece of the thinker's prompt (the reference's kernels); after the last, the reply's
-        first token. → positions run."""
+        """The next piece of the thinker's prompt; after the last, the reply's first token. → positions run."""
         m = self.model
         piece, seq.thinker_todo = self._cut(seq.thinker_todo)
-        with exact():
-            if seq.thinker_todo is not None:  # only the last piece's last position is read
-                m.thinker.model(m.thinker.embed(piece), seq.thinker_cache, seq.thinker_cache.length)
-            else:
-                self.take_token(seq, m.thinker(piece, seq.thinker_cache)[:, -1])
+        if seq.thinker_todo is not None:  # only the last piece's last position is read
+            m.thinker.model(m.thinker.embed(piece), seq.thinker_cache, seq.thinker_cache.length)
+        else:
+            self.take_token(seq, m.thinker(piece, seq.thinker_cache)[:, -1])
         return piece.shape[1]
 
-    def admit_tts(self, seq: Sequence) -> None:
+    def admit_tts(self, seq: Sequence, audio: bool = True) -> None:
         """Qwen3-TTS: the talker's prompt from the request (a clone's x-vector and reference codes
         first), and the codec stream (a clone's reference codes go in first: the package decodes
         reference + new codes and returns the new part)."""
@@ -106,7 +99,7 @@ class Runner:
             if req.reference_text is not None:
                 codes = m.code2wav.encode(wav)  # [T, 16]
                 reference = (req.reference_text, codes)
-        seq.decoder = self.new_stream(None if reference is None else reference[1].T)
+        seq.decoder = self.new_stream(None if reference is None else reference[1].T) if audio else None
         prompt = m.prompts.build(req.text, voice, req.text_input == "whole", req.instruct, xvector, reference)
         seq.prompt_ids, seq.reply, seq.talker_prompt = prompt.ids, prompt.text, prompt.embeds
         seq.emit(TextDelta(req.text, seq.reply.spoken))
@@ -136,21 +129,19 @@ class Runner:
 
     def start_talker(self, seq: Sequence) -> None:
         """The talker's prompt (once the reply's first tokens are known) and its cache; `prefill_talker`
-        runs it. One request's own work, with the reference's kernels."""
+        runs it."""
         m = self.model
-        with exact():
-            prompt = seq.talker_prompt
-            if prompt is None:
-                prompt = seq.builder.prompt(seq.prompt_ids, seq.reply.first_spoken, m.speaker_id(seq.req.speaker))
+        prompt = seq.talker_prompt
+        if prompt is None:
+            prompt = seq.builder.prompt(seq.prompt_ids, seq.reply.first_spoken, m.speaker_id(seq.req.speaker))
         seq.talker_cache = m.talker.model.new_cache(1, prompt.shape[1] + 64, like=prompt)
         seq.talker_todo = prompt
 
     def prefill_talker(self, seq: Sequence) -> int:
-        """The next piece of the talker's prompt (the reference's kernels); after the last, the hidden
-        state the first frame's CB0 is read from. → positions run."""
+        """The next piece of the talker's prompt; after the last, the hidden state the first frame's CB0 is
+        read from. → positions run."""
         piece, seq.talker_todo = self._cut(seq.talker_todo)
-        with exact():
-            hidden = self.model.talker.model(piece, seq.talker_cache, seq.talker_cache.length)[:, -1]
+        hidden = self.model.talker.model(piece, seq.talker_cache, seq.talker_cache.length)[:, -1]
         if seq.talker_todo is None:
             seq.hidden = hidden
         return piece.shape[1]

@@ -5,7 +5,7 @@ the real Qwen3-Omni widths in bfloat16 on a 2-core EPYC, most of it the 152k-row
 answer depends on the shape, the dtype and the machine's kernels (cache.machine), never on the
 weights' values, so a later load on the same machine reads it from
 <cache folder>/plans/<machine>-rule<N>.json: one file per machine and way of choosing
-(invariant.RULE), {shape key: [pad_min, chunk, kernel, many_pad_min, many_chunk]} (invariant.Plan).
+(invariant.RULE), {shape key: [pad_min, chunk, kernel]} (invariant.Plan).
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import torch
 
 from omni_core.cache import machine
 from omni_core.loading import memory
-from omni_core.models.invariant import (ALL_KERNELS, ATEN_ONLY, NO_PACKING, PAD_LONE, RULE, TIMED_BYTES, Linear, Plan,
-                                        pad_lone_applies, plan_linears)
+from omni_core.models.invariant import ALL_KERNELS, ATEN_ONLY, NO_PACKING, RULE, TIMED_BYTES, Linear, Plan, plan_linears
 from omni_core.synthetic.tiny import cache_dir
 
 PACK_HEADROOM = 0.5  # of the packed bytes, left free after packing (the requests' caches, the page)
@@ -56,8 +55,7 @@ def read(device: torch.device) -> dict[tuple, Plan]:
     """The plans this machine chose before, by invariant.choose's key ({} if none or unreadable)."""
     try:
         table = json.loads(path(device).read_text())
-        return {_key(name): Plan(int(pad_min), int(chunk), str(kernel), *map(int, many))
-                for name, (pad_min, chunk, kernel, *many) in table.items()}
+        return {_key(name): Plan(int(pad_min), int(chunk), str(kernel)) for name, (pad_min, chunk, kernel) in table.items()}
     except (OSError, ValueError, TypeError, AttributeError):
         return {}
 
@@ -72,18 +70,15 @@ def write(device: torch.device, table: dict[tuple, Plan]) -> None:
     os.replace(f.name, target)
 
 
-def plan_modules(modules, device: torch.device, fast_kernels: bool = True,
-                 pad_lone_rows: bool = False) -> dict[tuple, Plan]:
+def plan_modules(modules, device: torch.device, fast_kernels: bool = True) -> dict[tuple, Plan]:
     """plan_linears(modules) with this machine's earlier answers: probes only the shapes it has not
     seen, and keeps those. Returns the plans probed now ({} when every shape was known).
     fast_kernels: kernels besides F.linear allowed (False in compiled pipelines); oneDNN's only where their
-    packed copies fit beside the weights (`room_to_pack`). pad_lone_rows: a lone bfloat16 row may be padded
-    into its batch's kernel (invariant.PAD_LONE)."""
+    packed copies fit beside the weights (`room_to_pack`)."""
     modules = list(modules)
     known = read(device)
     chosen = dict(known)
     kernels = ATEN_ONLY if not fast_kernels else ALL_KERNELS if room_to_pack(modules, device) else NO_PACKING
-    kernels += ("+" + PAD_LONE) * pad_lone_rows
     plan_linears(modules, chosen, kernels)
     probed = {k: plan for k, plan in chosen.items() if k not in known}
     if probed:
@@ -93,8 +88,3 @@ def plan_modules(modules, device: torch.device, fast_kernels: bool = True,
             pass
     return probed
 
-
-def padded_lone_rows(modules) -> int:
-    """How many large bfloat16/float16 matmuls pad a lone row (what pad_lone_rows changed: without it they take ROW)."""
-    return sum(1 for root in modules for m in root.modules()
-               if isinstance(m, Linear) and pad_lone_applies(m.weight) and m.plan.pad_min > 1)

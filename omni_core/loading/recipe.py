@@ -45,11 +45,10 @@ class LoadedModel:
 
 def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto",
                revision: str | None = None, force: bool = False, fast_kernels: bool = True,
-               pad_lone_rows: bool = False, quantize: str | None = None) -> LoadedModel:
+               quantize: str | None = None) -> LoadedModel:
     """The recipe: read the source → build on meta → check memory → materialize → fill → quantize (quantize="int8":
     the talker's, predictor's and thinker's large matmuls, models/quant.py) → plan the float matmuls
-    (fast_kernels: plans with kernels besides F.linear allowed: small GEMMs on one thread, oneDNN; pad_lone_rows: a
-    lone bfloat16 row may be padded into its batch's kernel; models/invariant.py)."""
+    (fast_kernels: plans with kernels besides F.linear allowed: small GEMMs on one thread, oneDNN; models/invariant.py)."""
     start = time.perf_counter()
     drawn = random_weights.is_random(source)
     tts = False
@@ -89,7 +88,7 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
         load_weights(modules, path)
     saved = quant.quantize_modules([modules[k] for k in ("thinker", "talker") if k in modules], quantize) if quantize else 0
     # batch-invariant matmuls: the cheapest kernel plan per shape
-    plans.plan_modules(modules.values(), dev, fast_kernels, pad_lone_rows)
+    plans.plan_modules(modules.values(), dev, fast_kernels)
     report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)
     packed = sum(getattr(m, "packed", None) is not None for root in modules.values() for m in root.modules())
     if packed:
@@ -101,12 +100,6 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
         size = next(modules["talker"].parameters()).element_size()
         report += (f" · --quantize int8 reads a byte per weight instead of {size} (a one-row matmul here {gain:.1f}x as "
                    "fast; the codec stays as it is)")
-    if pad_lone_rows:
-        padded = plans.padded_lone_rows(modules.values())
-        name = str(dt).removeprefix("torch.")
-        report += (f" · {padded} {name} matmuls pad a lone row into their batch's kernel (pad_lone_rows)" if padded else
-                   " · pad_lone_rows changes no matmul here (it pads bfloat16 rows only where a lone row's kernel"
-                   " differs from its batch's)")
     if dtype == "auto" and dt != DTYPES.get(cfg.torch_dtype, dt):
         report += (f" (the checkpoint is {cfg.torch_dtype}; this CPU has no fast {cfg.torch_dtype} kernels, so auto "
                    f"chose float32: --dtype {cfg.torch_dtype} keeps it)")

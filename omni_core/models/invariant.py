@@ -1,4 +1,4 @@
-"""Batch-invariant matmuls: a row gets the same bits alone as in any batch, at a lone row's speed.
+"""Batch-invariant matmuls: a row gets the same bits alone as in any batch, with the fastest kernels that hold.
 
 The engine batches the rows of many requests into one matmul, and a request must get the
 same floats alone as beside others. CPU GEMMs pick their kernel by the number of rows M,
@@ -17,9 +17,9 @@ A `Plan(pad_min, chunk)` cuts a call so that every block has between pad_min and
 The classes differ by shape and CPU (tiny widths have others), so they are mapped per weight
 shape once at load (`plan_linears`) by probing the real kernel with random rows; the run of at
 least MIN_RUN row counts with the smallest first count is taken, then checked at every position.
-A weight of TIMED_BYTES or more is then timed against two more plans, ROW (every row its own 1-row
-call) and, for float32 on a CPU, ONEDNN (the weight packed once for oneDNN: onednn.py), where it holds;
-`fastest` takes the quickest for a lone row, or one within LONE_ROW_SLACK of it that is quicker for 8.
+A weight of TIMED_BYTES or more is then timed against, for float32 on a CPU, ONEDNN (the weight packed
+once for oneDNN: onednn.py), where it holds; `fastest` takes the quickest for a lone row, or one within
+LONE_ROW_SLACK of it that is quicker for 8.
 A smaller weight on a CPU is also mapped and checked on one thread, and that plan (kernel "serial":
 its calls run on one thread) is timed against the run's: a small GEMM costs its call, not its
 arithmetic, and on more threads the call wakes the OpenMP team (a 4-row 64x64 float32 GEMM: 15 µs at
@@ -29,26 +29,21 @@ and MKL's one-thread row classes are long ones (EPYC: 4-32 at one thread, 2-3 at
   Xeon float32   pad 2 / chunk 15   a lone row pays a 2-row GEMM (~1.05x a 1-row call)
   EPYC float32   ONEDNN             at 2 threads at every real width up to onednn.MAX_BYTES (MKL's 2-3 row run, the only short
                                     one that holds there, cost 2.3-2.6x a 1-row call; BENCHMARKS.md (l));
-                                    at 1 thread ONEDNN or ROW per shape; tiny widths: pad 4 / chunk 32
-                                    on one thread ("serial", which holds whatever the engine's threads)
-  bfloat16       pad 1 / chunk 32   no padding at all where 1-32 rows are one class; else ROW (LONE_ROW_EXACT:
-                                    a lone bfloat16 row takes the 1-row kernel, as the official calls do;
-                                    with PAD_LONE, the run: load_pipeline(pad_lone_rows=True))
+                                    tiny widths: pad 4 / chunk 32 on one thread ("serial", which holds whatever
+                                    the engine's threads)
+  bfloat16       pad 1 / chunk 32   no padding at all where 1-32 rows are one class; else the run, a lone row
+                                    padded into it (where the step reads its weights from memory, rows beside a
+                                    lone one cost almost nothing: BENCHMARKS.md y)
   otherwise      pad 16 / chunk 32  the safe rule (every row in the 16-32 class), if it holds,
                  or ROWWISE: no GEMM, each row's products summed alone (a 1-output gate)
 
-so a lone request runs at a lone row's speed and its rows still equal any batched run. Where ROW is
-chosen over a run (a lone row's kernel differs from the run's), the run is kept for calls whose
-requests bring several positions each (`with_many`): a lone request's T-position call is then the
-plain T-row call the official implementations make, not T 1-row calls.
-A request's own prefill is never batched with others' rows: it runs with plain F.linear
-(`exact()`), the kernels the official implementations use, so a lone bfloat16 request
-gives their exact codes.
+so every row of any batch gets its solo bits. A lone row's last bits may differ from the 1-row call the
+official implementations make (where the CPU's 1-row kernel rounds otherwise than its run's): the
+official bits are `load_pipeline(exact=True)`'s, which runs one request at a time on PLAIN matmuls.
 """
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 from pathlib import Path
@@ -64,20 +59,13 @@ from omni_core.models import onednn
 class Plan(NamedTuple):
     pad_min: int  # a block of fewer rows is padded with zero rows up to this
     chunk: int  # a call of more rows is split into blocks of at most this
-    kernel: str = "aten"  # "aten": F.linear; "onednn": the weight packed for oneDNN (onednn.py)
-    # ROW only (`with_many`): calls whose requests bring several positions each (x [B, T, K], T > 1: a
-    # predictor's first step, a codec chunk) run in F.linear blocks of many_pad_min..many_chunk rows, the
-    # holding run, instead of a call per row: a lone request's T rows then take the kernel a plain T-row call
-    # takes (0, 0: no such run; every row its own call)
-    many_pad_min: int = 0
-    many_chunk: int = 0
+    kernel: str = "aten"  # "aten": F.linear; "onednn": the weight packed for oneDNN (onednn.py); "serial": on one thread
 
 
 SAFE = Plan(16, 32)  # the rule before plans: every row in float32's and bfloat16's 16-32 row kernel
 PLAIN = Plan(1, 1 << 30)  # one F.linear per call whatever the rows: the fastest, not batch-invariant
 ROWWISE = Plan(0, 0)  # no GEMM: each row's products summed on their own (for shapes where no GEMM
 # run holds, e.g. a 1-output gate, whose matrix-vector kernel depends on the row count)
-ROW = Plan(1, 1)  # every row its own 1-row call: always holds, and a lone row runs unpadded; B rows cost B calls
 ONEDNN = Plan(1, onednn.BATCH_HINT, "onednn")  # float32 through oneDNN, no padding, blocks of up to 32 rows
 # The kernels a weight's plan may use (`choose`): compiled graphs read F.linear only (inductor packs its own
 # weights and cannot trace a thread switch); stacked weights (the MoE's experts) and a machine without room
@@ -86,32 +74,8 @@ ATEN_ONLY, NO_PACKING, ALL_KERNELS = "aten", "aten+serial", "aten+serial+onednn"
 PROBE_ROWS = 32  # row counts 1..PROBE_ROWS are mapped and checked
 MIN_RUN = 8  # a plan's run of row counts at least this long, where the CPU has one (`candidates`)
 LONE_ROW_SLACK = 1.5  # a plan's 1-row call may be at most this much slower than the fastest one's (`fastest`)
-# Dtypes whose lone row must take the 1-row kernel, as the official implementations' lone call does: no padded
-# plan for a large weight, whatever the timings. In bfloat16 a padded lone row's last bits changed Qwen3-TTS
-# 0.6B's greedy codes (AMD EPYC of family 26: 1024x2048 and 1024x3072 padded to 16 rows when a loaded machine
-# timed the padded plan within LONE_ROW_SLACK); float32's codes have kept to the 2-row padding (Xeon).
-LONE_ROW_EXACT = (torch.bfloat16, torch.float16)
-# A kernels token (load_pipeline(pad_lone_rows=True)): these dtypes' large weights take their holding run, a lone
-# row padded into it, instead of ROW. Every row of any batch still gets its solo bits, and rows beside a lone one
-# cost almost nothing where the step reads its weights from memory; a lone row's last bits may then differ from
-# the official 1-row call's (only on CPUs where that kernel differs from 2..32 rows', `with_many`).
-PAD_LONE = "pad-lone"
 TIMED_BYTES = 4 * 2**20  # weights this large choose their plan by timing: the kernel, not the calls, costs there
-RULE = 7  # the way plans are chosen; a change of it makes every machine choose its plans again (loading/plans.py)
-_exact = False  # inside `exact()`: plain F.linear (a global, not a thread-local: compiled regions read it)
-
-
-@contextlib.contextmanager
-def exact():
-    """Matmuls inside run as plain F.linear, with the official implementations' kernels: for work that
-    only ever holds one request's rows (its prompt's prefill, its voice's encoding), which no
-    neighbour can change. The engine's one thread sets it around a request's own prefill."""
-    global _exact
-    previous, _exact = _exact, True
-    try:
-        yield
-    finally:
-        _exact = previous
+RULE = 8  # the way plans are chosen; a change of it makes every machine choose its plans again (loading/plans.py)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -120,11 +84,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     (`packed`: the weight in oneDNN's layout, for a plan of that kernel), and however the rows lie in memory:
     MKL rounds a transposed batch otherwise than the same rows contiguous (measured: a 1-row stream's
     [1, T, C] view of a [1, C, T] tensor against the copy that 3 streams' [3, T, C] reshape makes)."""
-    if _exact:
-        return F.linear(x, weight, bias)
     x = x.contiguous()
-    if plan.many_chunk and x.dim() > 2 and x.shape[-2] > 1:  # several positions per request
-        plan = Plan(plan.many_pad_min, plan.many_chunk)
     if plan.kernel == "onednn":
         return onednn.linear(x, packed, bias, weight.shape[0], plan.chunk)
     if plan.kernel == "serial":
@@ -211,11 +171,8 @@ def candidates(found: list[tuple[int, int]]) -> list[Plan]:
 def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict, kernels: str = ALL_KERNELS) -> Plan:
     """The plan for this weight's shape and dtype (cached in `chosen`): the first of `candidates` that
     passes `holds` (else ROWWISE). A weight of TIMED_BYTES or more, where the kernels' speed decides, is
-    timed against ROW and (float32 on a CPU) ONEDNN where that holds; a smaller one on a CPU against its
-    one-thread plan ("serial"): `fastest` of them. kernels: ATEN_ONLY, NO_PACKING or ALL_KERNELS, each with
-    "+" + PAD_LONE where a lone bfloat16 row may be padded into its run."""
-    if not pad_lone_applies(weight):
-        kernels = kernels.replace("+" + PAD_LONE, "")  # PAD_LONE changes no other weight's plan: one key for both
+    timed against ONEDNN (float32 on a CPU) where that holds; a smaller one on a CPU against its
+    one-thread plan ("serial"): `fastest` of them. kernels: ATEN_ONLY, NO_PACKING or ALL_KERNELS."""
     key = (tuple(weight.shape), weight.dtype, weight.device.type, bias is not None, kernels)
     if key not in chosen:
         chosen[key] = _choose(weight, bias, kernels)
@@ -225,11 +182,6 @@ def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict, kernel
 def timed(weight: torch.Tensor) -> bool:
     """A weight of TIMED_BYTES or more: its plan is chosen by timing (`_choose`)."""
     return weight.numel() * weight.element_size() >= TIMED_BYTES
-
-
-def pad_lone_applies(weight: torch.Tensor) -> bool:
-    """A weight whose plan PAD_LONE can change: a timed one whose lone row must otherwise keep the 1-row kernel."""
-    return weight.dtype in LONE_ROW_EXACT and timed(weight)
 
 
 def first_holding(weight: torch.Tensor, bias: torch.Tensor | None) -> Plan:
@@ -251,28 +203,13 @@ def _choose(weight: torch.Tensor, bias: torch.Tensor | None, kernels: str) -> Pl
     if plan == ROWWISE:
         return plan
     if large:
-        packed = onednn.pack(weight) if "onednn" in kernels and onednn.usable(weight) else None  # one copy for both
+        packed = onednn.pack(weight) if "onednn" in kernels and onednn.usable(weight) else None
         if packed is not None and holds(ONEDNN, weight, bias, packed=packed):
             others.append(ONEDNN)
-        if plan.pad_min > 1:  # an unpadded plan's lone row is ROW's: it is never slower than ROW
-            if weight.dtype in LONE_ROW_EXACT:
-                return plan if PAD_LONE in kernels else with_many(ROW, plan)
-            others.append(ROW)
     if not others:
         return plan
     plans = [plan, *others]
-    best = fastest(plans, timings(plans, weight, bias, packed=packed, evict=large, repeats=7 if large else 21))
-    return with_many(best, plan)
-
-
-def with_many(chosen: Plan, run: Plan) -> Plan:
-    """ROW, chosen over `run` (the holding run of more than one row, padded for a lone row), keeps `run` for
-    calls of several positions per request. Where a lone row's kernel differs from 2..32 rows' (bfloat16 at
-    K = 2048 and 3072 on an AMD EPYC of family 26), ROW alone would give a request's 2-position predictor
-    step two 1-row calls where the official implementation makes one 2-row call: other bits, other codes."""
-    if chosen != ROW or run.kernel != "aten":
-        return chosen
-    return chosen._replace(many_pad_min=run.pad_min, many_chunk=run.chunk)
+    return fastest(plans, timings(plans, weight, bias, packed=packed, evict=large, repeats=7 if large else 21))
 
 
 def fastest(plans: list[Plan], times: dict[Plan, tuple[float, float]]) -> Plan:
@@ -280,8 +217,8 @@ def fastest(plans: list[Plan], times: dict[Plan, tuple[float, float]]) -> Plan:
     fastest for 8 rows (ties: the earlier). times: {plan: (seconds for 1 row, for 8 rows)}.
 
     Measured (ms, 1 row / 8 rows, a 4096x1024 float32 weight read from memory, `timings`): this EPYC at 2
-    threads, blocks of 2-3 rows 3.6 / 8.9, ROW 1.6 / 9.9, ONEDNN 2.1 / 2.5 → ONEDNN (in the engine a lone
-    Qwen3-TTS 0.6B request ran as fast under ONEDNN as under ROW, 8 at once 1.6x faster); the Xeon's
+    threads, blocks of 2-3 rows 3.6 / 8.9, a 1-row call per row 1.6 / 9.9, ONEDNN 2.1 / 2.5 → ONEDNN (in the engine a lone
+    Qwen3-TTS 0.6B request ran as fast under ONEDNN as with a call per row, 8 at once 1.6x faster); the Xeon's
     2-15 blocks cost ~1.05x a 1-row call, so they stay there unless ONEDNN is faster."""
     lone = min(times[p][0] for p in plans)
     return min((p for p in plans if times[p][0] <= LONE_ROW_SLACK * lone), key=lambda p: times[p][1])
@@ -371,6 +308,5 @@ def plan_linears(modules, chosen: dict | None = None, kernels: str = ALL_KERNELS
                 module.set_plan(choose(module.weight, module.bias, chosen, kernels))
             elif hasattr(module, "plan_weights"):
                 stacked = NO_PACKING if "serial" in kernels else ATEN_ONLY
-                stacked += ("+" + PAD_LONE) * (PAD_LONE in kernels)
                 module.plans = [choose(w, None, chosen, stacked) for w in module.plan_weights()]
     return chosen

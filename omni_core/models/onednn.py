@@ -10,7 +10,7 @@ and 2 threads; with the weight read from memory it ran 1 row at 1.0-1.35x MKL's 
 
 Whether it holds on a given CPU is still probed like every plan (`invariant.holds`), and it is only
 taken where it is timed faster (`invariant.fastest`). The packed copy lives beside the plain weight
-(the prefill's `exact()` matmuls, compiled graphs and the page's tools read the plain one): one more
+(exact mode's plain matmuls, compiled graphs and the page's tools read the plain one): one more
 copy of the weights that take it, so it is offered only where memory allows (loading/plans.py).
 """
 
