@@ -9,7 +9,8 @@ POST /v1/audio/speech, a JSON body:
   "stats"}, what no peer gives), speed (only 1.0), stream (true: wav/pcm bytes leave chunked as the
   frames are made, a streamed WAV's header saying "length unknown"; flac, mp3 and codes come whole),
   and the Qwen extensions as vLLM-Omni names them: language, instructions (VoiceDesign), ref_audio
-  (a base64 clip or data: URL, never a URL to fetch) and ref_text (a Base model's clone).
+  (a base64 clip or data: URL, never a URL to fetch), ref_text (a Base model's clone) and
+  max_new_tokens (the most frames, 80 ms each; default: scaled to the input).
   The request is the page's Generate with the page's defaults, batched beside the page's requests: the
   same text and voice give the page's codes.
 GET /v1/audio/voices, GET /v1/models: what to ask for. GET /health: open, never behind the key.
@@ -54,7 +55,7 @@ OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "no
 MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "omni-speech")  # all mean "the loaded model"
 # The engine's field names as the API names them, for an error's `param`.
 PARAMS = {"text": "input", "speaker": "voice", "language": "language", "instruct": "instructions",
-          "reference_audio": "ref_audio", "reference_text": "ref_text", "max_frames": "input"}
+          "reference_audio": "ref_audio", "reference_text": "ref_text", "max_frames": "max_new_tokens"}
 QUEUE_EVENTS = 64  # chunks a slow client may leave unread here before the reader thread waits for it
 POLL_S = 0.2
 
@@ -181,7 +182,8 @@ class SpeechApi:
             raise ApiError(400, "stream_format 'sse' is not available: use stream=true for raw audio chunks",
                            param="stream_format")
         request = SpeechRequest(text=text, speaker=self.speaker(field(body, "voice", str, "a string")),
-                                predictor=self.predictor, language=field(body, "language", str, "a string"),
+                                predictor=self.predictor, max_frames=field(body, "max_new_tokens", int, "a number"),
+                                language=field(body, "language", str, "a string"),
                                 instruct=field(body, "instructions", str, "a string"), **reference(body))
         return Ask(request, fmt, bool(field(body, "stream", bool, "true or false")))
 

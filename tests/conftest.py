@@ -82,13 +82,13 @@ APP_START_TIMEOUT_S = 240
 
 
 @contextlib.contextmanager
-def launch_app(log_dir, **env_overrides):
-    """Run `python app.py --port <free port>` on the tiny model; yield its URL, stop it on exit."""
+def launch_app(log_dir, args: tuple = (), **env_overrides):
+    """Run `python app.py --port <free port> *args` on the tiny model; yield its URL, stop it on exit."""
     port = _free_port()
     log_path = log_dir / "server.log"
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1", **env_overrides}
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=APP_ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), *args], cwd=APP_ROOT, env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:
