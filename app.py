@@ -1,4 +1,5 @@
-"""Omni Speech Lab: `python app.py [--model tiny|/path/to/checkpoint|org/name] [--device auto] [--port N] [--share]`."""
+"""Omni Speech Lab: `python app.py [--model tiny|/path/to/checkpoint|org/name] [--device auto] [--port N] [--share]
+[--api-key KEY]`: the page, and beside it the OpenAI-compatible speech API (app/api.py)."""
 
 import sys
 
@@ -8,6 +9,7 @@ from app.cli import parse_args
 def main() -> None:
     # Imported here, not above: a codec process (--codec-threads) is spawned, and a spawned process imports
     # this file again; gradio there cost every codec process seconds before it could serve.
+    from app import api
     from app.files import OutputDir
     from app.ui import build_ui, launch_kwargs
     from omni_core import load_pipeline
@@ -27,7 +29,8 @@ def main() -> None:
     except (ValueError, OSError) as exc:  # CheckpointError names the file and the problem
         sys.exit(f"Cannot load model {args.model!r}: {exc}")
     outputs = OutputDir()
-    build_ui(pipe, outputs).launch(**launch_kwargs(args, outputs))
+    # The page and the speech API (/v1/audio/speech) on one server, one engine: their requests batch together.
+    build_ui(pipe, outputs).launch(**launch_kwargs(args, outputs, api.routes(pipe, args.api_key)))
 
 
 if __name__ == "__main__":

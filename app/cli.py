@@ -56,6 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=None,
                         help="port to listen on (default: $GRADIO_SERVER_PORT, else 7860)")
     parser.add_argument("--share", action="store_true", help="also open a public gradio.live link")
+    parser.add_argument("--api-key", default=os.environ.get("OMNI_API_KEY") or None,
+                        help="every /v1 call (the OpenAI-compatible speech API) then needs the header "
+                             "Authorization: Bearer <key>; the page stays open (default: $OMNI_API_KEY, else none)")
     parser.add_argument("--threads", type=_at_least_one, default=None,
                         help="CPU threads for the engine's kernels (default: all cores, less one when the page is "
                              "served to this machine only, where the browser needs one; one engine thread runs every "

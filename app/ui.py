@@ -81,10 +81,13 @@ def wire(p: SimpleNamespace, lab: Lab, studio: Studio, recording: Recording) -> 
           concurrency_id="engine")
 
 
-def launch_kwargs(args, outputs: OutputDir) -> dict:
-    """Arguments for `Blocks.launch`. Host and port only when given, so GRADIO_SERVER_* still work."""
+def launch_kwargs(args, outputs: OutputDir, routes: list | None = None) -> dict:
+    """Arguments for `Blocks.launch`. Host and port only when given, so GRADIO_SERVER_* still work.
+    routes: more routes on the same server (app/api.py's speech API), given to the FastAPI app Gradio makes."""
     kwargs = dict(share=args.share, css_paths=[STATIC / "style.css"], allowed_paths=[str(STATIC), str(outputs.root)],
                   max_file_size="5mb", theme=theme(), footer_links=["api"], js=JS)
+    if routes:
+        kwargs["app_kwargs"] = {"routes": list(routes)}
     if args.host is not None:
         kwargs["server_name"] = args.host
     if args.port is not None:

@@ -11,10 +11,10 @@ from omni_core.models.config import CheckpointError
 from omni_core.engine.output import EngineError
 from omni_core.events import AudioChunk, Done, Frame, Result, Stats, TextDelta
 from omni_core.pipeline import Pipeline, load_pipeline
-from omni_core.request import MAX_FRAMES, MAX_TEXT_CHARS, RequestError, SpeechRequest
+from omni_core.request import MAX_FRAMES, MAX_TEXT_CHARS, EngineBusy, RequestError, SpeechRequest
 
 __all__ = [
-    "load_pipeline", "Pipeline", "SpeechRequest", "RequestError", "CheckpointError", "EngineError",
+    "load_pipeline", "Pipeline", "SpeechRequest", "RequestError", "EngineBusy", "CheckpointError", "EngineError",
     "TextDelta", "Frame", "AudioChunk", "Done", "Result", "Stats",
     "load_codes", "check_codes", "codes_to_json", "MAX_FRAMES", "MAX_TEXT_CHARS",
 ]

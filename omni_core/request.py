@@ -23,6 +23,10 @@ class RequestError(ValueError):
     """A request that cannot run; the message says what to change."""
 
 
+class EngineBusy(RequestError):
+    """The waiting line is full (max_waiting): the request is fine, try again shortly (HTTP 503, not 400)."""
+
+
 @dataclass(frozen=True)
 class SpeechRequest:
     text: str

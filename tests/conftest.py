@@ -83,8 +83,8 @@ APP_START_TIMEOUT_S = 240
 
 
 @contextlib.contextmanager
-def launch_app(log_dir, *args: str, **env_overrides):
-    """Run `python app.py --port <free port> [args]` on the tiny model; yield its URL, stop it on exit."""
+def launch_app(log_dir, args: tuple = (), **env_overrides):
+    """Run `python app.py --port <free port> *args` on the tiny model; yield its URL, stop it on exit."""
     port = _free_port()
     log_path = log_dir / "server.log"
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1", **env_overrides}

@@ -113,7 +113,7 @@ def test_the_app_starts_with_int8_weights_and_says_so(tmp_path):
     from tests.conftest import launch_app
 
     assert parse_args(["--quantize", "int8"]).quantize == "int8" and parse_args([]).quantize is None
-    with launch_app(tmp_path, "--quantize", "int8", OMNI_MODEL="tiny-tts") as url:
+    with launch_app(tmp_path, args=("--quantize", "int8"), OMNI_MODEL="tiny-tts") as url:
         with urllib.request.urlopen(url, timeout=10) as page:
             assert page.status == 200
     log = (tmp_path / "server.log").read_text()

@@ -53,7 +53,7 @@ from omni_core.engine.scheduler import Scheduler
 from omni_core.engine.sequence import Sequence
 from omni_core.engine.speech_model import SpeechModel
 from omni_core.engine.threads import ENGINES, IDLE_EXIT_S
-from omni_core.request import RequestError
+from omni_core.request import EngineBusy
 
 log = logging.getLogger(__name__)
 
@@ -145,11 +145,11 @@ class Engine:
 
     def submit(self, *seqs: Sequence) -> None:
         """Hand requests to the engine; requests submitted in one call are taken in at the same step.
-        Raises RequestError when more than max_waiting would wait, EngineError when the engine is down."""
+        Raises EngineBusy (a RequestError) when more than max_waiting would wait, EngineError when the engine is down."""
         with self._lock:
             self._raise_if_down()
             if self._queued + len(seqs) > self.max_waiting:
-                raise RequestError(f"the engine is busy: {self._queued} requests are waiting (at most "
+                raise EngineBusy(f"the engine is busy: {self._queued} requests are waiting (at most "
                                    f"{self.max_waiting}) beside {self.max_batch} running; try again shortly")
             self._queued += len(seqs)
             self._start_thread()
