@@ -75,7 +75,7 @@ PROBE_ROWS = 32  # row counts 1..PROBE_ROWS are mapped and checked
 MIN_RUN = 8  # a plan's run of row counts at least this long, where the CPU has one (`candidates`)
 LONE_ROW_SLACK = 1.5  # a plan's 1-row call may be at most this much slower than the fastest one's (`fastest`)
 TIMED_BYTES = 4 * 2**20  # weights this large choose their plan by timing: the kernel, not the calls, costs there
-RULE = 8  # the way plans are chosen; a change of it makes every machine choose its plans again (loading/plans.py)
+RULE = 9  # the way plans are chosen; a change of it makes every machine choose its plans again (loading/plans.py)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -162,8 +162,12 @@ def candidates(found: list[tuple[int, int]]) -> list[Plan]:
     (more than one count); then SAFE. A short run would cut every batch into many GEMMs: this AMD EPYC
     runs float32 as 1 | 2-3 | 4-32 rows, and a plan of 2-3 rows cuts a 64-row re-prefill call into 22
     GEMMs (each one reading all the weights) where 4-32 takes 2, for a lone row padded to 4 instead of 2
-    (at 1 thread; at 2 threads 4-32 fails `holds` there, and 2-3 is taken)."""
+    (at 1 thread; at 2 threads 4-32 fails `holds` there, and 2-3 is taken).
+    A run from 1 row is also tried from 2: `runs` compares a call's first row only, and where a lone row's
+    kernel rounds other rows otherwise (bfloat16 at K = 2048 and 3072 on some AMD EPYCs), 2-32 rows still
+    hold, and a lone row padded to 2 costs about a 1-row call where 16 rows cost up to 1.5x (benchmark docs)."""
     long = [Plan(first, last) for first, last in found if last - first + 1 >= MIN_RUN]
+    long += [Plan(2, last) for first, last in found if first == 1 and last - 1 >= MIN_RUN]
     short = [Plan(first, last) for first, last in found if 1 < last - first + 1 < MIN_RUN]
     return sorted(long) + sorted(short) + [SAFE]
 
