@@ -272,13 +272,14 @@ class Pipeline:
             report(f"warm-up done in {time.perf_counter() - started:.0f} s (the last {time.perf_counter() - requests:.0f} s: "
                    f"a short request per decode path)")
 
-    def score(self, codes, request: SpeechRequest, k: int = 5):
+    def score(self, codes, request: SpeechRequest, k: int = 5, keep: bool = False):
         """Teacher-forced: how likely this model finds `codes` [T, 16] for `request` (its text, mode, speaker,
         voice, predictor and sampling settings define the prompt and the distributions) → a `Score` with the
         log-probability and probability of every given code and its top-k alternatives (ids, probabilities),
         frame by frame and codebook by codebook, under the processed distributions the engine draws from: for a
         take this pipeline generated, the probabilities it reported (engine/score.py). In the engine's thread,
-        between its steps. Raises RequestError for codes of the wrong shape or range, or a bad request."""
+        between its steps. keep: the whole distributions too (`Score.distributions`, float32 [T, 16, V]).
+        Raises RequestError for codes of the wrong shape or range, or a bad request."""
         from omni_core.engine.score import score
 
         codes = np.asarray(codes)
@@ -290,7 +291,7 @@ class Pipeline:
         if not 1 <= int(k) <= size:
             raise RequestError(f"k must be between 1 and {size}, got {k}")
         seq = self._sequence(request, None, overlap=False)
-        return self.engine.call(score, self.engine.runner, seq, codes.astype(np.int64), int(k))
+        return self.engine.call(score, self.engine.runner, seq, codes.astype(np.int64), int(k), bool(keep))
 
     # ---- audio → codes → audio ----------------------------------------------------------------
 

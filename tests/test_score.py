@@ -72,6 +72,21 @@ def test_an_edit_is_scored_and_bad_codes_are_refused():
             pipe.score(bad, request)
 
 
+def test_kept_distributions_hold_every_score():
+    """score(..., keep=True): each cell's whole distribution sums to 1, gives the given code its probability and
+    its top-k their order; a codebook with a smaller vocabulary than CB0's is padded with zeros."""
+    pipe = our_pipeline("tiny")
+    request = SpeechRequest("Keep them.", max_frames=3, predictor="kv")
+    result = pipe.generate(request)
+    score = pipe.score(result.codes, request, keep=True)
+    dists = score.distributions
+    assert dists.shape[:2] == (3, 16) and dists.dtype == np.float32
+    np.testing.assert_allclose(dists.sum(-1), 1, rtol=1e-4)
+    np.testing.assert_array_equal(np.take_along_axis(dists, score.codes[..., None], -1)[..., 0], score.probs)
+    np.testing.assert_array_equal(np.take_along_axis(dists, score.top_codes, -1), score.top_probs)
+    assert pipe.score(result.codes, request).distributions is None
+
+
 def test_cli_scores_a_codes_file(tmp_path, capsys):
     """`python -m omni_core score codes.npy --text ...`: a line on stdout, every frame's scores in --json."""
     import json

@@ -34,6 +34,9 @@ class Score:
     top_probs: np.ndarray  # float32 [T, 16, k]: their probabilities
     prompt_ids: list[int]
     text_ids: list[int]  # the ids spoken (chat mode: the reply the thinker wrote for the request)
+    # float32 [T, 16, V]: each whole distribution (score(..., keep=True); a codebook with a smaller vocabulary
+    # than the largest is padded with zeros), for comparing two models' distributions (benchmarks/int8_fidelity.py)
+    distributions: np.ndarray | None = None
 
     @property
     def mean_logprob(self) -> float:
@@ -54,8 +57,9 @@ def _cell(probs: torch.Tensor, code: int, k: int) -> tuple[float, np.ndarray, np
 
 
 @torch.no_grad()
-def score(runner: Runner, seq: Sequence, codes: np.ndarray, k: int = TOP_K_ALTERNATIVES) -> Score:
-    """Teacher-forced scores of `codes` [T, 16] for the (checked) request in `seq`; in the engine's thread."""
+def score(runner: Runner, seq: Sequence, codes: np.ndarray, k: int = TOP_K_ALTERNATIVES, keep: bool = False) -> Score:
+    """Teacher-forced scores of `codes` [T, 16] for the (checked) request in `seq`; in the engine's thread.
+    keep: the whole distributions too (`Score.distributions`)."""
     m, req = runner.model, seq.req
     T, G = codes.shape
     runner.admit(seq, audio=False)
@@ -74,13 +78,17 @@ def score(runner: Runner, seq: Sequence, codes: np.ndarray, k: int = TOP_K_ALTER
     probs, top_codes, top_probs = (np.zeros((T, G), np.float32), np.zeros((T, G, k), np.int64),
                                    np.zeros((T, G, k), np.float32))
     given = torch.as_tensor(codes, dtype=torch.long, device=m.device)
+    kept = np.zeros((T, G, max(m.talker.codec_head.out_features, cp.lm_head[0].out_features)), np.float32) if keep else None
     for t in range(T):
         if t:
             seq.hidden = runner.talk([seq])[0]
         logits = m.talker.codec_head(seq.hidden)  # [1, V]
         logits = suppress(repetition_penalty(logits, seq.history, req.repetition_penalty),
                           m.cb0_mask(seq.history.shape[1]))
-        probs[t, 0], top_codes[t, 0], top_probs[t, 0] = _cell(distribution(logits, seq.sampling), codes[t, 0], k)
+        dist = distribution(logits, seq.sampling)
+        probs[t, 0], top_codes[t, 0], top_probs[t, 0] = _cell(dist, codes[t, 0], k)
+        if keep:
+            kept[t, 0, :dist.shape[-1]] = dist[0].cpu().numpy()
         cb0 = given[t, :1]
         seq.history = torch.cat([seq.history, cb0[:, None]], dim=1)
         embeds = []
@@ -90,6 +98,8 @@ def score(runner: Runner, seq: Sequence, codes: np.ndarray, k: int = TOP_K_ALTER
             hidden = cp(x, cache, start=cache.length) if cache is not None else cp(x)
             dist = distribution(cp.lm_head[j](hidden[:, -1]), predictor_sampling)
             probs[t, j + 1], top_codes[t, j + 1], top_probs[t, j + 1] = _cell(dist, codes[t, j + 1], k)
+            if keep:
+                kept[t, j + 1, :dist.shape[-1]] = dist[0].cpu().numpy()
             embeds.append(cp.model.codec_embedding[j](given[t, j + 1:j + 2]))  # [1, C]
             x = embeds[-1][:, None] if cache is not None else torch.cat([x, embeds[-1][:, None]], dim=1)
         seq.codes.append(codes[t])
@@ -98,4 +108,4 @@ def score(runner: Runner, seq: Sequence, codes: np.ndarray, k: int = TOP_K_ALTER
     with np.errstate(divide="ignore"):
         logprobs = np.log(probs)
     return Score(codes.astype(np.int64), logprobs.astype(np.float32), probs, top_codes, top_probs,
-                 list(seq.prompt_ids), list(seq.reply.spoken))
+                 list(seq.prompt_ids), list(seq.reply.spoken), kept)
