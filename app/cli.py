@@ -16,9 +16,8 @@ def default_threads(host: str | None, share: bool = False) -> int:
     in its one thread, so nothing oversubscribes), less one where the page is served to this machine only
     (the default host, 127.0.0.1, without --share). The browser showing the page then runs on these cores
     too, drawing the live heatmap, and an engine with a thread on every core waits, at each parallel region,
-    for the worker the browser took the core from. Measured on 2 cores with Chromium on the page (tiny
-    model, 160 frames, two alternating pairs): real-time factor 1.73 and 1.93 at 2 threads, 0.89 and 1.04 at
-    1 (BENCHMARKS.md p); without a browser 1 and 2 threads run alike there (m)."""
+    for the worker the browser took the core from: on 2 cores the page's requests ran about twice as fast
+    with one engine thread as with two (BENCHMARKS.md, "The page and the engine on the same cores")."""
     cores = max(1, os.cpu_count() or 1)
     host = host or os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1"
     return max(1, cores - 1) if host in LOOPBACK and not share else cores

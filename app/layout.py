@@ -78,7 +78,7 @@ def controls(p: SimpleNamespace, info: dict, streaming: bool) -> None:
 def default_predictor(info: dict) -> str:
     """Re-prefill where it replays as a CUDA graph; elsewhere KV: on a CPU it does 16 positions of work a
     frame instead of 135, its compiled frames batch the rows (re-prefill's run one row at a time), and
-    many requests at once go 1.2-3x faster with it (BENCHMARKS.md (m), (n))."""
+    many requests at once go faster with it (docs/benchmarks-history.md (m), (n))."""
     return "reprefill" if info["cuda_available"] else "kv"
 
 

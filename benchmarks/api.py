@@ -1,4 +1,6 @@
-"""(z) The speech API beside the page (issue 45), on one real `python app.py` server (tiny-tts, CPU).
+"""The speech API beside the page (issue 45), on one real `python app.py` server (tiny-tts, CPU).
+
+BENCHMARKS.md, "The speech API".
 
   z1  first audio: the same request, streamed through the API (pcm, stream=true: the first body bytes)
       and through the page's streaming `synthesize` (gradio_client: the first update carrying audio),

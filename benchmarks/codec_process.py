@@ -1,4 +1,6 @@
-"""(r) The codec in the engine's thread against the codec in a process of its own, N requests at once.
+"""The codec in the engine's thread against the codec in a process of its own, N requests at once.
+
+BENCHMARKS.md, "Many listeners: the tiny model, batched" and "The codec in its own process at real width".
 
 One pipeline per way, the same requests (N simultaneous speak-mode requests of `frames` frames, one thread
 each, as Gradio runs them: bench (f)'s `run_concurrently`), rounds interleaving the ways. "thread tN": the

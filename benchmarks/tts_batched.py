@@ -8,8 +8,8 @@ counts, so the machine's load drifts over all of them alike.
 
 The goal: 8 at once ≥ 4× the aggregate frames/s of one, in bfloat16. Whether rows are nearly free
 depends on the CPU: a memory-bound step reads the weights once for every row of the batch, but a CPU
-without native bfloat16 converts on every row (BENCHMARKS.md (k): bfloat16 costs the same per row at
-any count there), and float32's small-row GEMMs cost 2-4x a 1-row call on this EPYC.
+without native bfloat16 converts on every row (docs/benchmarks-history.md (k): bfloat16 costs the same
+per row at any count there), and float32's small-row GEMMs cost 2-4x a 1-row call on this EPYC.
 
 --ways runs several pipelines, their rounds interleaved too: "default" (batch-invariant plans, a lone row padded
 into its batch's kernel), "exact" (`exact=True`: one request at a time on plain matmuls), "plain" (no batch

@@ -61,7 +61,8 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     ("stalled").
     batch_invariant: True (the default): a request's codes do not depend on what runs beside it (each
     matmul's batch-invariant plan, models/invariant.py); False: plain matmuls, a little faster for
-    batches of float32 rows (BENCHMARKS.md (h)), and a request beside others may get other codes.
+    batches of float32 rows (BENCHMARKS.md, "The code predictor at real size"), and a request beside others
+    may get other codes.
     The default mode is batch-invariant with the fastest kernels that hold: a lone row may be padded into its
     batch's kernel, so a request's last bits (and so, rarely, a greedy code) may differ from the official
     implementation's lone call; its per-frame log-probabilities agree within the tolerances

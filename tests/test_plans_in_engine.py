@@ -4,7 +4,7 @@ solo runs, at 1 thread and at 2.
 - one thread ("serial"): the tiny model's own plans, chosen at the tests' 1 thread and run in an engine
   thread of 2 (every small GEMM switches to one thread and back);
 - oneDNN (models/onednn.py): at real widths on this project's EPYC the plans choose it for float32
-  (BENCHMARKS.md (l)); the tiny weights are too small for it, so every matmul of a tiny pipeline where
+  (docs/benchmarks-history.md (l)); the tiny weights are too small for it, so every matmul of a tiny pipeline where
   it holds is given it."""
 
 from __future__ import annotations

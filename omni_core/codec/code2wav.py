@@ -103,8 +103,8 @@ class SnakeBeta(nn.Module):
     """x + sin²(x·e^alpha) / e^beta, per channel; elementwise in time, so nothing to carry.
 
     HF's expression, `x + 1 / (e^beta + 1e-9) * sin(x·e^alpha)²`, op for op and so bit for bit, computed in
-    one buffer: one new tensor of the chunk's size instead of four (the decoder's last blocks are megabytes).
-    [1, 96, 15360] on one thread: 8.0 against 19.4 ms; on two, 3.2 against 7.4 (BENCHMARKS.md q)."""
+    one buffer: one new tensor of the chunk's size instead of four (the decoder's last blocks are megabytes),
+    about twice as fast (docs/benchmarks-history.md (q))."""
 
     def __init__(self, channels: int):
         super().__init__()
@@ -276,8 +276,9 @@ class Code2Wav(nn.Module):
 
     def decodes_together(self, frames: int) -> bool:
         """Whether the engine decodes several streams' chunks of `frames` frames in one call: always. Each row gets
-        its own decode's bits (`row_by_row`; tiny and real widths), and one call of 8 one-frame chunks was 2.3x
-        faster than one by one at tiny widths, 1.6x at real widths (BENCHMARKS.md f)."""
+        its own decode's bits (`row_by_row`; tiny and real widths), and one call of several one-frame chunks is
+        faster than one by one at tiny and real widths (docs/benchmarks-history.md (f), "with batched codec
+        pushes")."""
         return True
 
     def forward(self, codes: torch.Tensor, num_codebooks: int | None = None,

@@ -3,9 +3,8 @@
 F.conv1d and F.conv_transpose1d hand oneDNN a plain weight, which it reorders into its blocked layout on
 every call, and for a short input it may take a slow algorithm too. A stream decodes a few frames a call,
 so for the decoder's first convolutions (tens of MB of weights over a few dozen time steps) that is most
-of the call. Measured on this project's EPYC at 2 threads (BENCHMARKS.md q): the 1536→768 ×8 transposed
-conv over 5 steps (a one-frame chunk) 143 ms plain, 6 ms packed for that length; over 33 steps (8 frames)
-72 and 13 ms; the 1024→1536 k=7 conv over 38 steps 39 and 8 ms.
+of the call: packed for the input length, these convolutions run several times faster (the figures:
+BENCHMARKS.md, "Code2Wav (the codec)", and docs/benchmarks-history.md (q)).
 
 A weight of PACK_BYTES or more is packed (`torch.ops.mkldnn._reorder_convolution_weight`, what inductor's
 frozen graphs use) for the input length it meets, the first time it meets it (~0.1 s for 75 MB), and the

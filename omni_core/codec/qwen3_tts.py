@@ -126,9 +126,8 @@ class TTSCodec(nn.Module):
     plus `encode` when the checkpoint has the encoder (`attach_encoder`)."""
 
     # Several streams in one call give each its own audio bit for bit (tests/test_tts_codec.py); the engine decodes
-    # chunks of up to TOGETHER_FRAMES frames in one call, longer ones stream by stream. At the real 0.6B widths on
-    # the 2-core EPYC (float32, 8 streams, 2 threads, medians of 3; BENCHMARKS.md q): one call against one by one,
-    # 1-frame chunks 0.62 / 0.90 s, 2 frames 1.02 / 1.09, 4 frames 1.85 / 1.85, 8 frames 3.95 / 3.30.
+    # chunks of up to TOGETHER_FRAMES frames in one call, longer ones stream by stream: at the real widths one call
+    # is faster for short chunks and slower for long ones (BENCHMARKS.md, "Code2Wav (the codec)").
     TOGETHER_FRAMES = 2
 
     def decodes_together(self, frames: int) -> bool:

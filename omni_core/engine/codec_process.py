@@ -1,9 +1,9 @@
 """`CodecProcess`: the codec streams decoded in a process of their own, beside the engine's next step.
 
-On a CPU the codec is a third of a batched step (BENCHMARKS.md p: 8 tiny rows compiled, predictor 18 ms,
-codec 19, talker 10). A thread cannot run it beside the step: both need the GIL between the tiny model's
-short ops, and a compiled frame holds it for the whole call (p: 8% saved eager, nothing compiled). A
-process has an interpreter of its own. The engine sends each step's due chunks (a few hundred bytes of
+On a CPU the codec is a large share of a batched step (docs/benchmarks-history.md (p)). A thread cannot
+run it beside the step: both need the GIL between the tiny model's short ops, and a compiled frame holds
+it for the whole call (measured: little saved eager, nothing compiled; history (p)). A process has an
+interpreter of its own. The engine sends each step's due chunks (a few hundred bytes of
 codes) and goes on with the next step while the process decodes them on its own kernel threads; a thread
 of the engine's process (`_receive`) hands each chunk's audio back as it comes. vLLM-Omni runs its stages
 as processes for the same reason.

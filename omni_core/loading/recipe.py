@@ -128,8 +128,8 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 def resolve_dtype(dtype: str | torch.dtype, cfg: OmniConfig, device: torch.device | None = None) -> torch.dtype:
     """A dtype by name; "auto": the checkpoint's, except on a CPU that has no fast kernels for it (given
     `device`): float32 there. A CPU without native bfloat16 (e.g. AMD Zen 3, most laptops before 2023) runs
-    bfloat16 matmuls and convolutions through slow paths: measured on this project's AMD EPYC, a Qwen3-TTS
-    0.6B frame took 5.3 s in bfloat16 and 2.0 s in float32 (BENCHMARKS.md (l))."""
+    bfloat16 matmuls and convolutions through slow paths, several times slower than float32 (BENCHMARKS.md,
+    "Machines and method")."""
     if isinstance(dtype, torch.dtype):
         return dtype
     name = cfg.torch_dtype if dtype == "auto" else str(dtype).replace("torch.", "")

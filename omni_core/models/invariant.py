@@ -2,15 +2,9 @@
 
 The engine batches the rows of many requests into one matmul, and a request must get the
 same floats alone as beside others. CPU GEMMs pick their kernel by the number of rows M,
-and rows come out with other last bits across kernels. Measured with torch 2.13 on this
-project's CPUs (BENCHMARKS.md, "Batch invariance"), every M in 1..32 at every position:
-
-  Intel Xeon   float32 (MKL sgemm)  1 | 2-15 | 16-128: three classes, the same at 1 and 2 threads
-               bfloat16 (oneDNN)    1-32 one class, except K = 6144, where 1 row differs from >= 2
-  AMD EPYC     float32              1 | 2-3 | 4-32, at tiny and real widths; at 2 threads a row's
-                                    bits in a 4-15 row call also depend on its position
-               bfloat16             1-32 one class, K = 6144 too (family 25); 1 | 2-32 at K = 2048 and
-                                    3072 on family 26 (avx512_bf16)
+and rows come out with other last bits across kernels. Which row counts share a kernel differs by CPU,
+dtype, shape and thread count (the classes measured on this project's CPUs: BENCHMARKS.md, "Batch
+invariance: which rows share a kernel").
 
 A `Plan(pad_min, chunk)` cuts a call so that every block has between pad_min and chunk rows
 (fewer rows are padded with zero rows, more are split), so every row runs in one class.
@@ -22,20 +16,18 @@ once for oneDNN: onednn.py), where it holds; `fastest` takes the quickest for a 
 LONE_ROW_SLACK of it that is quicker for 8.
 A smaller weight on a CPU is also mapped and checked on one thread, and that plan (kernel "serial":
 its calls run on one thread) is timed against the run's: a small GEMM costs its call, not its
-arithmetic, and on more threads the call wakes the OpenMP team (a 4-row 64x64 float32 GEMM: 15 µs at
-2 threads, 47 µs with OMP_WAIT_POLICY=PASSIVE, 5-9 µs on one thread with the switch there and back),
-and MKL's one-thread row classes are long ones (EPYC: 4-32 at one thread, 2-3 at two):
+arithmetic, and on more threads each call wakes the OpenMP team, while MKL's one-thread row classes
+can be longer ones. What each kind of weight ends up with:
 
-  Xeon float32   pad 2 / chunk 15   a lone row pays a 2-row GEMM (~1.05x a 1-row call)
-  EPYC float32   ONEDNN             at 2 threads at every real width up to onednn.MAX_BYTES (MKL's 2-3 row run, the only short
-                                    one that holds there, cost 2.3-2.6x a 1-row call; BENCHMARKS.md (l));
-                                    tiny widths: pad 4 / chunk 32 on one thread ("serial", which holds whatever
-                                    the engine's threads)
-  bfloat16       pad 1 / chunk 32   no padding at all where 1-32 rows are one class; else the run, a lone row
-                                    padded into it (where the step reads its weights from memory, rows beside a
-                                    lone one cost almost nothing: BENCHMARKS.md y)
-  otherwise      pad 16 / chunk 32  the safe rule (every row in the 16-32 class), if it holds,
-                 or ROWWISE: no GEMM, each row's products summed alone (a 1-output gate)
+  float32, large  the run's plan or ONEDNN, whichever is timed faster (MKL's short runs pad a lone
+                  row into a few-row GEMM, which some CPUs make expensive: docs/benchmarks-history.md (l))
+  float32, small  the run's plan, or the same on one thread ("serial", which holds whatever the
+                  engine's threads), whichever is timed faster
+  bfloat16        pad 1 / chunk 32: no padding at all where 1-32 rows are one class; else the run, a lone
+                  row padded into it (where the step reads its weights from memory, rows beside a lone
+                  one cost almost nothing: docs/benchmarks-history.md (y))
+  otherwise       pad 16 / chunk 32, the safe rule (every row in the 16-32 class), if it holds,
+                  or ROWWISE: no GEMM, each row's products summed alone (a 1-output gate)
 
 so every row of any batch gets its solo bits. A lone row's last bits may differ from the 1-row call the
 official implementations make (where the CPU's 1-row kernel rounds otherwise than its run's): the

@@ -85,8 +85,7 @@ class Experts(nn.Module):
         drain and no CUDA graph can hold the step, and inside compiled graphs (one graph, no break).
         The price: each row's experts are copied out of the stack (index_select; one expert at a time, so
         the copies never pile up), about 3x the weight traffic of reading them in place, and an expert
-        two rows share is read twice. On a CPU `forward` is quicker: this takes 1.1-1.6x its time at 1-8
-        rows and 4x at 16 (tiny talker, one thread; BENCHMARKS.md (o))."""
+        two rows share is read twice. On a CPU `forward` is quicker (docs/benchmarks-history.md (o))."""
         order = ids.argsort(dim=-1)  # a row's ids are distinct (top-k), so ascending order is unique
         ids, weights = ids.gather(-1, order), weights.gather(-1, order)
         out = []

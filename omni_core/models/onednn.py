@@ -1,12 +1,12 @@
 """float32 matmuls through oneDNN with the weight packed once: batch-invariant rows without padding.
 
 MKL's float32 GEMM, which F.linear calls on a CPU, runs a row through other kernels by the number of
-rows in the call; on this project's AMD EPYC (AVX2) it is also slow for a few rows: 2 rows cost
-2.3-2.6x one, 8 rows 3-5x (BENCHMARKS.md (l)). oneDNN's inner-product primitive with its weight
-packed once for a 32-row batch (`torch.ops.mkldnn._reorder_linear_weight`, what inductor's frozen
-graphs call) gave every row the same bits in every call of 1..128 rows at any position there, at 1
-and 2 threads; with the weight read from memory it ran 1 row at 1.0-1.35x MKL's 1-row GEMV and 8 rows
-3-4x faster than MKL (at 2 threads; a lone Qwen3-TTS request ran as fast as under MKL's GEMV).
+rows in the call; on some CPUs (this project's AMD EPYC, AVX2) it is also slow for a few rows.
+oneDNN's inner-product primitive with its weight packed once for a 32-row batch
+(`torch.ops.mkldnn._reorder_linear_weight`, what inductor's frozen graphs call) gave every row the same
+bits in every call of 1..128 rows at any position there, at 1 and 2 threads, with a lone row about as
+fast as MKL's 1-row GEMV and 8 rows several times faster than MKL (the figures: BENCHMARKS.md, "Batch
+invariance: which rows share a kernel").
 
 Whether it holds on a given CPU is still probed like every plan (`invariant.holds`), and it is only
 taken where it is timed faster (`invariant.fastest`). The packed copy lives beside the plain weight
