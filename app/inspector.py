@@ -26,7 +26,7 @@ def frame_html(index: int, frame_s: float, codes: np.ndarray, probs: np.ndarray 
     start = index * frame_s
     rows = []
     for g, code in enumerate(codes):
-        p = "–" if probs is None else f"{probs[g]:.3f}"
+        p = "–" if probs is None else _p(probs[g])
         chips = ""
         if top is not None:
             chips = "".join(
@@ -47,6 +47,12 @@ def frame_html(index: int, frame_s: float, codes: np.ndarray, probs: np.ndarray 
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 
 
+def _p(p: float) -> str:
+    """A probability for the p column: 3 decimals, or 2 significant digits below 0.001 (scored recordings and
+    edits are often far less likely than that)."""
+    return f"{p:.3f}" if p >= 0.001 or p == 0 else f"{p:.1e}"
+
+
 def context_window(index: int, num_samples: int, samples_per_frame: int, sample_rate: int) -> slice:
     """The samples of frame `index` with CONTEXT_S seconds either side, clipped to the take."""
     pad = int(CONTEXT_S * sample_rate)
@@ -59,8 +65,9 @@ def edit_log(edits: list, notes: list[str] | None = None, footer: str = "") -> s
     if not edits:
         return '<div class="edit-log idle">No edits: this is the original take.</div>'
     notes = notes or [""] * len(edits)
-    items = "".join(f"<li>{escape(e.describe())}" + (f'<br><small class="edit-p">{escape(note)}</small>' if note else "")
-                    + "</li>" for e, note in zip(edits, notes))
+    items = "".join(f"<li>{escape(e.describe())}"
+                    + (f'<br><small class="edit-p">{escape(note)}</small>' if note else "") + "</li>"
+                    for e, note in zip(edits, notes))
     closing = f'<p class="edit-footer">{escape(footer)}</p>' if footer else ""
     return (f'<div class="edit-log"><p class="title">{len(edits)} edit{"s" if len(edits) > 1 else ""}, '
             f're-decoded (outlined on the heatmap):</p><ol>{items}</ol>{closing}</div>')

@@ -131,7 +131,8 @@ def score_json(score, request) -> dict:
     return {"frames": int(len(score.codes)), "k": int(score.top_codes.shape[-1]) if score.top_codes.ndim == 3 else 0,
             "text": request.text, "mode": request.mode, "speaker": request.speaker, "language": request.language,
             "mean_logprob": None if not math.isfinite(mean) else mean,
-            "codes": score.codes.astype(int).tolist(), "logprobs": logprobs, "probs": score.probs.astype(float).tolist(),
+            "codes": score.codes.astype(int).tolist(), "logprobs": logprobs,
+            "probs": score.probs.astype(float).tolist(),
             "top_codes": score.top_codes.astype(int).tolist(), "top_probs": score.top_probs.astype(float).tolist()}
 
 
@@ -155,8 +156,8 @@ def status(take: Take | None, elapsed_s: float | None = None) -> str:
         mean = float(np.log(probs).mean())
     took = f" in {elapsed_s:.1f} s" if elapsed_s is not None else ""
     return _status("done", f"Scored {take.frames} frames{took} under the model as {_said(take.request)}: mean "
-                           f"log-probability {mean:.2f} per code (mean p {probs.mean():.3f}). The confidence view, the "
-                           f"inspector and the statistics show these probabilities.")
+                           f"log-probability {mean:.3f} per code (mean p {_p(float(probs.mean()))}). The confidence "
+                           f"view, the inspector and the statistics show these probabilities.")
 
 
 def _said(request) -> str:
@@ -213,7 +214,8 @@ def edit_notes(take: Take) -> tuple[list[str], str]:
     else:
         with np.errstate(divide="ignore"):
             footer = (f"p: each code's probability under the model (teacher-forced, as {_said(take.request)}); the "
-                      f"take's mean log-probability per code {np.log(before).mean():.2f} → {np.log(after).mean():.2f}.")
+                      f"take's mean log-probability per code {np.log(before).mean():.3f} → "
+                      f"{np.log(after).mean():.3f}.")
     return notes, footer
 
 

@@ -11,7 +11,7 @@ import gradio as gr
 import numpy as np
 import pytest
 
-from app import scoring
+from app import inspector, scoring
 from app.files import OutputDir
 from app.handlers import Lab
 from app.scoring import Scorer, ScoreOut
@@ -56,7 +56,8 @@ def test_an_uploaded_take_is_scored_as_pipe_score_scores_it(tmp_path):
     np.testing.assert_array_equal(top_probs, want.top_probs)
     assert "confidence p(code)" in out.heatmap.layout.title.text and "Scored 6 frames" in out.score_status
     assert "“Score me, please.” said" in out.score_status
-    assert "top-5 alternatives" in out.frame_view and f"{want.probs[2, 0]:.3f}" in out.frame_view
+    assert "top-5 alternatives" in out.frame_view
+    assert f'<td class="p">{inspector._p(want.probs[2, 0])}<' in out.frame_view
     assert out.frame_view.count('<span class="alt') == 16 * 5
 
 
