@@ -33,6 +33,8 @@ HOVER_FRAMES = 120  # up to this many frames: a heatmap with per-cell hover (≈
 LIVE_COLUMNS = 400  # live updates: at most this many image columns (frames are strided beyond)
 MAX_MARKS = 200  # edited-cell outlines drawn at most
 EDIT_COLOUR = "#f43f5e"
+NO_CONFIDENCE = ("No confidence for these codes yet: they were not generated here (a recording, a codes file, or "
+                 "an edit). Press Score this take to score them under the model")
 EMPTY_LINE_CHARS = 38  # an empty figure's message: ~270 px a line at 14 px
 
 
@@ -72,7 +74,7 @@ def heatmap(codes: np.ndarray | None, probs: np.ndarray | None = None, mismatch:
 
     if view == "confidence":
         if probs is None:
-            return empty("No confidence for these codes (uploaded codes carry no probabilities)")
+            return empty(NO_CONFIDENCE)
         trace = go.Heatmap(z=probs.T, zmin=0.0, zmax=1.0, colorscale=CONFIDENCE_SCALE,
                            colorbar=_colorbar("p(code)"), **common)
         title = f"{state}confidence p(code) · {T} frames · {seconds:.2f} s"
@@ -106,7 +108,7 @@ def _image_heatmap(codes, probs, mismatch, view, frame_s, codebook_size, live, e
     state = "generating… " if live else ""
     if view == "confidence":
         if probs is None:
-            return empty("No confidence for these codes (uploaded codes carry no probabilities)")
+            return empty(NO_CONFIDENCE)
         levels, scale, zmax, label = np.clip(probs * 255, 0, 255), CONFIDENCE_SCALE, 1.0, "p(code)"
         title = f"{state}confidence p(code) · {T} frames · {T * frame_s:.2f} s"
     elif view == "disagreement":

@@ -87,7 +87,7 @@ class Lab:
                                top_p, seed, max_frames, voice=self.voice(language, instruct, text_input, ref_audio,
                                                                          ref_text))
         request, _ = self.pipe.check(request)  # a bad request fails here, before the page is cleared
-        take = Take(view=view)
+        take = Take(view=view, request=request)  # its probabilities are under this request
         start = time.perf_counter()
         events = None
         pending: list[np.ndarray] = []  # audio not yet sent to the player

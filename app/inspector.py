@@ -16,17 +16,21 @@ def idle() -> str:
 
 def frame_html(index: int, frame_s: float, codes: np.ndarray, probs: np.ndarray | None,
                top: np.ndarray | None, top_probs: np.ndarray | None, original: np.ndarray | None = None,
-               dropped: np.ndarray | None = None) -> str:
-    """One frame: codes [16], probs [16] or None, top / top_probs [16, 5] or None; original [16]: the codes
-    before surgery (cells that differ are marked), dropped [16] bool."""
+               dropped: np.ndarray | None = None, chosen: np.ndarray | None = None) -> str:
+    """One frame: codes [16] (as heard now), probs [16] or None, top / top_probs [16, 5] or None (the
+    alternatives to these codes: an edited take's come from scoring it); original [16]: the codes before
+    surgery (cells that differ are marked), dropped [16] bool; chosen [16]: the codes to highlight among the
+    alternatives (default: the original's, which the generated alternatives are of; after scoring an edit,
+    the codes as heard)."""
+    mark = chosen if chosen is not None else original if original is not None else codes
     start = index * frame_s
     rows = []
     for g, code in enumerate(codes):
-        p = "–" if probs is None else f"{probs[g]:.3f}"
+        p = "–" if probs is None else _p(probs[g])
         chips = ""
         if top is not None:
             chips = "".join(
-                f'<span class="alt{" chosen" if top[g, i] == (original[g] if original is not None else code) else ""}"'
+                f'<span class="alt{" chosen" if top[g, i] == mark[g] else ""}"'
                 f' title="p = {top_probs[g, i]:.4f}">{int(top[g, i])}<small>{top_probs[g, i]:.3f}</small></span>'
                 for i in range(top.shape[1]))
         note = ""
@@ -43,18 +47,30 @@ def frame_html(index: int, frame_s: float, codes: np.ndarray, probs: np.ndarray 
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 
 
+def _p(p: float) -> str:
+    """A probability for the p column: 3 decimals, or 2 significant digits below 0.001 (scored recordings and
+    edits are often far less likely than that)."""
+    return f"{p:.3f}" if p >= 0.001 or p == 0 else f"{p:.1e}"
+
+
 def context_window(index: int, num_samples: int, samples_per_frame: int, sample_rate: int) -> slice:
     """The samples of frame `index` with CONTEXT_S seconds either side, clipped to the take."""
     pad = int(CONTEXT_S * sample_rate)
     return slice(max(0, index * samples_per_frame - pad), min(num_samples, (index + 1) * samples_per_frame + pad))
 
 
-def edit_log(edits: list) -> str:
+def edit_log(edits: list, notes: list[str] | None = None, footer: str = "") -> str:
+    """The edits in order; notes: a line under each (its cells' codes and probabilities, app/scoring.py);
+    footer: a closing line."""
     if not edits:
         return '<div class="edit-log idle">No edits: this is the original take.</div>'
-    items = "".join(f"<li>{escape(e.describe())}</li>" for e in edits)
+    notes = notes or [""] * len(edits)
+    items = "".join(f"<li>{escape(e.describe())}"
+                    + (f'<br><small class="edit-p">{escape(note)}</small>' if note else "") + "</li>"
+                    for e, note in zip(edits, notes))
+    closing = f'<p class="edit-footer">{escape(footer)}</p>' if footer else ""
     return (f'<div class="edit-log"><p class="title">{len(edits)} edit{"s" if len(edits) > 1 else ""}, '
-            f're-decoded (outlined on the heatmap):</p><ol>{items}</ol></div>')
+            f're-decoded (outlined on the heatmap):</p><ol>{items}</ol>{closing}</div>')
 
 
 def ab_html(frames_a: int | None, frames_b: int | None, agree: np.ndarray | None = None) -> str:

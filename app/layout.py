@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from app import charts, figures, inspector, panels
+from app import charts, figures, inspector, panels, scoring
 from app.surgery import OPS
 from omni_core import MAX_FRAMES, MAX_TEXT_CHARS
 
@@ -84,8 +84,12 @@ def default_predictor(info: dict) -> str:
 
 def hub(p: SimpleNamespace, info: dict) -> None:
     """The heatmap with the spectrogram under it, codebook statistics, the frame inspector, stats."""
-    p.view = gr.Radio(VIEWS, value="codes", label="Heatmap view", elem_id="view",
-                      info="codes · the predictor's confidence · where re-prefill and KV disagree")
+    with gr.Row(equal_height=False, elem_id="view-row"):
+        p.view = gr.Radio(VIEWS, value="codes", label="Heatmap view", elem_id="view", scale=4,
+                          info="codes · the predictor's confidence · where re-prefill and KV disagree")
+        p.score_take = gr.Button("Score this take", elem_id="score-take", scale=1, min_width=150,
+                                 size="md")
+    p.score_status = gr.HTML(scoring.status(None), elem_id="score-status", js_on_load=None)
     with gr.Row(equal_height=False, elem_id="hub"):
         with gr.Column(scale=5, min_width=300):
             p.heatmap = gr.Plot(figures.empty(), label="heatmap", show_label=False, elem_id="heatmap")
@@ -226,4 +230,12 @@ def api(p: SimpleNamespace, info: dict) -> None:
         p.surgery_outputs = [gr.JSON(label="result"), gr.File(label="wav")]
         p.encode_inputs = [gr.Audio(type="numpy", label="audio")]
         p.encode_outputs = [gr.JSON(label="result"), gr.File(label="wav")]
+        p.score_inputs = [gr.File(label="codes", type="filepath", file_types=[".npy", ".json"]),
+                          gr.Textbox(label="text"), gr.Textbox(value="speak", label="mode"),
+                          gr.Textbox(value=info["default_speaker"], label="speaker"),
+                          gr.Textbox(value="reprefill", label="predictor"), gr.Checkbox(False, label="do_sample"),
+                          gr.Number(None, label="temperature"), gr.Number(None, precision=0, label="top_k"),
+                          gr.Number(None, label="top_p"), gr.Textbox(None, label="language"),
+                          gr.Textbox(None, label="instruct"), gr.Number(5, precision=0, label="k")]
+        p.score_output = gr.JSON(label="scores")
 

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import gradio as gr
 import numpy as np
 
-from app import charts, figures, inspector
+from app import charts, figures, inspector, scoring
 from app.codestats import agreement, codebook_stats
 from app.files import OutputDir, to_int16, write_codes, write_wav
 from app.handlers import reports_errors
@@ -40,6 +40,7 @@ class AfterTake(NamedTuple):
     audio_b: object = gr.skip()
     edit_log: object = gr.skip()
     edit_audio: object = gr.skip()
+    score_status: object = gr.skip()
 
 
 class SurgeryOut(NamedTuple):
@@ -83,7 +84,7 @@ class Studio:
         ab, ab_text, audio_b = self._ab(take, pinned)
         return AfterTake(charts.cbstats(codebook_stats(codes, probs, self.info["codebook_size"])),
                          self._spectrogram(take, kind), slider, self._inspect(0, take), ab, ab_text, audio_b,
-                         inspector.edit_log([]), None)
+                         inspector.edit_log([]), None, scoring.status(take))
 
     # --- the frame inspector --------------------------------------------------------------------
 
@@ -102,7 +103,8 @@ class Studio:
         edited = take.edited_codes is not None
         return inspector.frame_html(i, self.frame_s, codes[i], None if probs is None else probs[i],
                                     None if top is None else top[i], None if top is None else top_probs[i],
-                                    take.codes_array()[i] if edited else None, take.drop[i] if edited else None)
+                                    take.codes_array()[i] if edited else None, take.drop[i] if edited else None,
+                                    chosen=codes[i] if take.codes_changed() else None)  # scored edit: its own
 
     def _frame_audio(self, index, take: Take):
         i = self._frame(index, take)
@@ -138,6 +140,8 @@ class Studio:
         codes = take.current_codes()
         drop = take.drop if take.drop is not None else np.zeros_like(codes, bool)
         take.edited_codes, take.drop = apply(codes, drop, edit)
+        if not np.array_equal(codes, take.edited_codes):  # new codes: their scores come from scoring them
+            take.edited_probs = take.edited_top = None
         take.edits = [*take.edits, edit]
         take.edited_audio = self.pipe.decode(take.edited_codes, drop=take.drop)
         return self._surgery_outputs(take, view, kind, index)
@@ -147,7 +151,7 @@ class Studio:
         """Back to the original codes and audio."""
         if take is None or take.frames == 0:
             raise gr.Error(NO_TAKE, print_exception=False)
-        take.edited_codes = take.drop = take.edited_audio = None
+        take.edited_codes = take.drop = take.edited_audio = take.edited_probs = take.edited_top = None
         take.edits = []
         return self._surgery_outputs(take, view, kind, index)
 
@@ -163,13 +167,13 @@ class Studio:
                                   codebook_size=self.info["codebook_size"], edited=take.edited_mask())
         stats = charts.cbstats(codebook_stats(codes, probs, self.info["codebook_size"]))
         if take.edited_audio is None:
-            return SurgeryOut(heatmap, None, None, inspector.edit_log([]), stats, self._spectrogram(take, kind), take,
+            return SurgeryOut(heatmap, None, None, scoring.edit_log(take), stats, self._spectrogram(take, kind), take,
                               self._inspect(index, take), self._frame_audio(index, take))
         folder = self.outputs.new()
         files = [write_wav(folder, take.edited_audio, self.info["sample_rate"], "edited.wav"),
                  *write_codes(folder, codes, take.text, {"edits": [e.describe() for e in take.edits]})]
         audio = self.info["sample_rate"], to_int16(take.edited_audio)
-        return SurgeryOut(heatmap, audio, [str(p) for p in files], inspector.edit_log(take.edits), stats,
+        return SurgeryOut(heatmap, audio, [str(p) for p in files], scoring.edit_log(take), stats,
                           self._spectrogram(take, kind), take, self._inspect(index, take),
                           self._frame_audio(index, take))
 

@@ -2,8 +2,9 @@
 
 Element ids (for browser tests and for people who script the page): text, generate,
 predictor, audio, heatmap, stats; inspecting codes: frame, inspector, spectrogram, cbstats,
-surgery, pin; your own audio: audio-in, roundtrip, ablation, clone (README has the full table).
-API names: `synthesize` (streaming), `codes`, `codebook_stats`, `surgery` and `encode`.
+surgery, pin; scoring: score-take, score-status; your own audio: audio-in, roundtrip, ablation, clone
+(README has the full table).
+API names: `synthesize` (streaming), `codes`, `codebook_stats`, `surgery`, `encode` and `score`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from app import layout
 from app.files import OutputDir
 from app.handlers import Lab, SynthOut
 from app.recording import EncodeOut, Recording
+from app.scoring import Scorer, ScoreOut
 from app.studio import AfterTake, Studio, SurgeryOut
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
@@ -29,13 +31,13 @@ def build_ui(pipe, outputs: OutputDir) -> gr.Blocks:
     streaming = shutil.which("ffmpeg") is not None  # Gradio encodes streamed audio with ffmpeg
     with gr.Blocks(title="Omni Speech Lab", fill_width=True, delete_cache=(3600, 3600)) as demo:
         p = layout.page(info, streaming)
-        lab = Lab(pipe, outputs, streaming)
-        wire(p, lab, Studio(pipe, outputs), Recording(pipe, outputs, lab.figure))
+        lab, studio = Lab(pipe, outputs, streaming), Studio(pipe, outputs)
+        wire(p, lab, studio, Recording(pipe, outputs, lab.figure), Scorer(pipe, lab, studio))
     # As many handlers run at once as the engine batches; more wait in a bounded queue.
     return demo.queue(default_concurrency_limit=info["max_batch"], max_size=info["max_waiting"])
 
 
-def wire(p: SimpleNamespace, lab: Lab, studio: Studio, recording: Recording) -> None:
+def wire(p: SimpleNamespace, lab: Lab, studio: Studio, recording: Recording, scorer: Scorer) -> None:
     """Every event of the page, and the API endpoints. Engine work shares one concurrency group."""
     private = dict(api_visibility="private")
     settings = [p.text, p.mode, p.speaker, p.predictor, p.cuda_graph, p.do_sample, p.temperature, p.top_k,
@@ -64,9 +66,14 @@ def wire(p: SimpleNamespace, lab: Lab, studio: Studio, recording: Recording) -> 
     p.spectro_kind.change(studio.spectrogram, inputs=[p.spectro_kind, p.take], outputs=[p.spectrogram],
                           queue=False, **private)
     surgery_outputs = [getattr(p, name) for name in SurgeryOut._fields]
+    score_outputs = [getattr(p, name) for name in ScoreOut._fields]
     p.edit_apply.click(studio.edit, inputs=[p.edit_op, p.edit_cb, p.edit_start, p.edit_end, p.edit_value,
                                             p.edit_seed, p.take, p.view, p.spectro_kind, p.frame],
-                       outputs=surgery_outputs, concurrency_id="engine", **private)
+                       outputs=surgery_outputs, concurrency_id="engine", **private).success(
+        scorer.score_edit, inputs=[p.take, p.view, p.frame], outputs=score_outputs, concurrency_id="engine",
+        show_progress="hidden", **private)  # heard first, then scored: each edited cell's p before → after
+    p.score_take.click(scorer.score_take, inputs=[p.take, p.frame, *synth_inputs], outputs=score_outputs,
+                       concurrency_id="engine", show_progress="minimal", **private)
     p.edit_restore.click(studio.restore, inputs=[p.take, p.view, p.spectro_kind, p.frame],
                          outputs=surgery_outputs, **private)
     p.listen_without.click(studio.listen_without, inputs=[p.without, p.take], outputs=[p.listen_audio],
@@ -77,6 +84,8 @@ def wire(p: SimpleNamespace, lab: Lab, studio: Studio, recording: Recording) -> 
     gr.on([], studio.surgery_api, inputs=p.surgery_inputs, outputs=p.surgery_outputs, api_name="surgery",
           concurrency_id="engine")
     gr.on([], lab.codes, inputs=p.api_inputs, outputs=p.api_outputs, api_name="codes", concurrency_id="engine")
+    gr.on([], scorer.score_api, inputs=p.score_inputs, outputs=p.score_output, api_name="score",
+          concurrency_id="engine")
     gr.on([], recording.encode_api, inputs=p.encode_inputs, outputs=p.encode_outputs, api_name="encode",
           concurrency_id="engine")
 
