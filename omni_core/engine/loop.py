@@ -53,7 +53,7 @@ from omni_core.engine.scheduler import Scheduler
 from omni_core.engine.sequence import Sequence
 from omni_core.engine.speech_model import SpeechModel
 from omni_core.engine.threads import ENGINES, IDLE_EXIT_S
-from omni_core.request import EngineBusy
+from omni_core.errors import EngineBusy
 
 log = logging.getLogger(__name__)
 
