@@ -14,7 +14,6 @@ MAX_MODULE_LINES, MAX_FUNCTION_LINES = 300, 60
 LONG_MODULES = {
     "app/api.py",
     "omni_core/codec/code2wav.py",
-    "omni_core/engine/loop.py",
     "omni_core/fast/compiled.py",
     "omni_core/models/invariant.py",
 }
