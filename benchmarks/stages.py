@@ -1,6 +1,6 @@
 """Where an engine step's time goes: the engine's and the runner's methods timed while N requests run at once.
 
-Wraps `Engine`'s step parts (schedule, prefill, think, talk, choose_cb0, predict, emit) and `Runner`'s calls
+Wraps `Step`'s parts (schedule, prefill, think, talk, choose_cb0, predict, emit; `run` is the step) and `Runner`'s calls
 (admit, prefill_talker, next_inputs, talk, choose_cb0, predict), and `output.add_frame` / `output.decode`,
 with timers, then runs N simultaneous speak-mode requests (bench (f)'s `run_concurrently`). Prints, per run, the
 milliseconds per engine step of each (and how many calls a step makes), and the first step alone (the newcomers'
@@ -19,7 +19,7 @@ import time
 
 from benchmarks.bench import run_concurrently
 from omni_core import SpeechRequest, load_pipeline
-from omni_core.engine import loop, output, runner
+from omni_core.engine import output, runner, step
 from omni_core.engine.threads import rest_engines
 
 ENGINE_PARTS = ("schedule", "prefill", "think", "talk", "choose_cb0", "predict", "emit", "step")
@@ -61,7 +61,7 @@ class Timers:
 def install() -> Timers:
     timers = Timers()
     for name in ENGINE_PARTS:
-        timers.wrap(loop.Engine, name, name)
+        timers.wrap(step.Step, "run" if name == "step" else name, name)
     for name in RUNNER_CALLS:
         timers.wrap(runner.Runner, name, "runner." + name)
     for name in ("add_frame", "decode"):

@@ -11,7 +11,8 @@ from omni_core.models.config import CheckpointError
 from omni_core.engine.output import EngineError
 from omni_core.events import AudioChunk, Done, Frame, Result, Stats, TextDelta
 from omni_core.pipeline import Pipeline, load_pipeline
-from omni_core.request import MAX_FRAMES, MAX_TEXT_CHARS, EngineBusy, RequestError, SpeechRequest
+from omni_core.errors import EngineBusy, RequestError
+from omni_core.request import MAX_FRAMES, MAX_TEXT_CHARS, SpeechRequest
 
 __all__ = [
     "load_pipeline", "Pipeline", "SpeechRequest", "RequestError", "EngineBusy", "CheckpointError", "EngineError",

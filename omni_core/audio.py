@@ -15,7 +15,7 @@ import math
 import numpy as np
 import torch
 
-from omni_core.request import RequestError
+from omni_core.errors import RequestError
 
 SAMPLE_RATE = 24000
 MIN_RATE, MAX_RATE = 4000, 384000

@@ -1,4 +1,8 @@
-"""What the cache folder's machine-made entries are keyed by: the machine that made them.
+"""The cache folder, and what its machine-made entries are keyed by: the machine that made them.
+
+`cache_dir()` is the one place that names the folder: $OMNI_CORE_CACHE, else
+$XDG_CACHE_HOME/omni_core, else ~/.cache/omni_core. It holds the tiny checkpoints (synthetic/),
+the matmul plans and the compiled frames.
 
 Two kinds of entries are only right on the machine that made them: the batch-invariant matmul
 plans (loading/plans.py: which row counts share a GEMM kernel is the CPU's and the BLAS's) and
@@ -13,8 +17,15 @@ import functools
 import hashlib
 import os
 import platform
+from pathlib import Path
 
 import torch
+
+def cache_dir() -> Path:
+    base = os.environ.get("OMNI_CORE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "omni_core")
+    return Path(base)
+
 
 _CPU_FIELDS = ("vendor_id", "cpu family", "model", "stepping", "model name", "flags")
 

@@ -7,6 +7,7 @@ all running requests together, and each request keeps its own caches and generat
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -16,15 +17,15 @@ import torch
 
 from omni_core.audio import MAX_SECONDS, SAMPLE_RATE, clean_audio
 from omni_core.engine import Engine, Sequence, SpeechModel, Stream
-from omni_core.engine.scheduler import MAX_UNREAD, STALL_S, Scheduler
+from omni_core.engine.scheduler import MAX_UNREAD, STALL_S
 from omni_core.engine.threads import in_passing_thread
 from omni_core.events import Done, Result
 from omni_core.fast.predictors import Predictors
 from omni_core.loading.recipe import LoadedModel, load_model
-from omni_core.models import quant
 from omni_core.models.invariant import PLAIN, use_plan
 from omni_core.models.qwen3_tts import voices
 from omni_core.models.qwen3_tts.prompt import PromptBuilder
+from omni_core.pipeline_config import PipelineConfig
 from omni_core.request import OMNI_ABILITIES, RequestError, SpeechRequest
 
 log = logging.getLogger(__name__)
@@ -44,103 +45,56 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     'random:qwen3-omni-30b-a3b[?layers=N]': the real speech path with random weights drawn on the
     device, no files (loading/random_weights.py; layers=N cuts the thinker and the talker).
 
-    threads: CPU threads for torch's kernels (None: as many as the calling thread has, torch's default
-    all cores). The weights load in a thread of their own and the engine runs every request in its one
-    thread (engine/threads.py: the caller's thread runs no kernels), so it can have all the cores.
-    time_budget_s: the most one request may run, from when the engine admits it, before it is
-    stopped (None: no limit; otherwise a positive number of seconds).
-    compile: decode with torch.compile'd steps and predictor frames (fast/compiled.py): the same codes,
-    several times faster on small models; the first request of each kind compiles first.
-    revision: the hub id's branch, tag or commit (None: the default branch).
-    force: load even when the memory check (loading/memory.py) says the weights do not fit.
-    max_batch: the most requests the engine advances together; more wait their turn.
-    max_waiting: the most requests that may wait for a slot (None: 4 x max_batch); `stream()` refuses
-    more with a RequestError.
-    max_unread: a request whose reader is more than this many frames behind is paused (its row leaves
-    the batch, it keeps its slot) until the reader catches up; stall_s: paused that long, it is stopped
-    ("stalled").
-    batch_invariant: True (the default): a request's codes do not depend on what runs beside it (each
-    matmul's batch-invariant plan, models/invariant.py); False: plain matmuls, a little faster for
-    batches of float32 rows (BENCHMARKS.md, "The code predictor at real size"), and a request beside others
-    may get other codes.
-    The default mode is batch-invariant with the fastest kernels that hold: a lone row may be padded into its
-    batch's kernel, so a request's last bits (and so, rarely, a greedy code) may differ from the official
-    implementation's lone call; its per-frame log-probabilities agree within the tolerances
-    tests/test_fidelity.py measures.
-    exact: every request gets the official implementation's bits: one request at a time (max_batch 1,
-    whatever is passed) on plain matmuls (invariant.PLAIN), each shaped as the official code shapes it.
-    The parity tests run in this mode.
-    codec_threads: decode the audio in a process of its own with this many kernel threads, while the
-    engine runs its next step (engine/codec_process.py; CPU only, the same audio bits as in the engine's
-    thread at that many threads); None: the engine's thread decodes it within its step.
-    codec_processes: this many codec processes (of codec_threads kernel threads, 1 when not given), each
-    request's stream in one of them (engine/codec_pool.py: a step's chunks decode in parallel, e.g.
-    newcomers' first audio; the same audio).
-    quantize: None (the default), or "int8": the talker's, code predictor's and thinker's large matmuls with
-    int8 weights (symmetric, per output channel) and bfloat16 activations, quantized at load (models/quant.py):
-    half a bfloat16 model's bytes per frame, so about twice the speed where decoding is bound by memory; the
-    codec and the embeddings stay in float. Batch-invariant like the float path. CPU only.
+    Every option is a field of `PipelineConfig` (pipeline_config.py), documented and checked there: a bad
+    one raises ValueError before anything loads.
     Close the pipeline (`close()`, or `with load_pipeline(...) as pipe:`) to end its engine thread."""
-    options = dict(time_budget_s=time_budget_s, max_waiting=max_waiting, max_unread=max_unread, stall_s=stall_s)
-    Scheduler(max_batch, **options)  # a bad option fails now, not after loading
-    if codec_threads is not None and int(codec_threads) < 1:
-        raise ValueError(f"codec_threads must be a positive number of CPU threads (got {codec_threads!r})")
-    if int(codec_processes) < 1:
-        raise ValueError(f"codec_processes must be a positive number of processes (got {codec_processes!r})")
-    codec_processes = int(codec_processes)
-    if codec_processes > 1 and codec_threads is None:
-        codec_threads = 1
-    threads = max(1, int(threads)) if threads is not None else torch.get_num_threads()
-    if quantize is not None and quantize not in quant.MODES:
-        raise ValueError(f"quantize must be None or one of {', '.join(quant.MODES)} (got {quantize!r})")
-    if quantize is not None and exact:
-        raise ValueError(f"exact=True gives the official implementation's bits, which {quantize} weights cannot: "
-                         "choose one of the two")
-    if exact:
-        max_batch = 1
+    config = PipelineConfig(device=device, dtype=dtype, threads=threads, time_budget_s=time_budget_s,
+                            compile=compile, revision=revision, force=force, max_batch=max_batch,
+                            max_waiting=max_waiting, max_unread=max_unread, stall_s=stall_s,
+                            batch_invariant=batch_invariant, exact=exact, codec_threads=codec_threads,
+                            codec_processes=codec_processes, quantize=quantize)
     # Compiled graphs take the plain weights (inductor packs its own): no oneDNN plans' packed copies.
-    loaded = in_passing_thread(threads, load_model, source, device=device, dtype=dtype, revision=revision,
-                               force=force, fast_kernels=not compile, quantize=quantize)
+    loaded = in_passing_thread(config.num_threads, load_model, source, device=config.device, dtype=config.dtype,
+                               revision=config.revision, force=config.force, fast_kernels=not config.compile,
+                               quantize=config.quantize)
+    if config.summary():  # the load report ends with the options that are not the defaults
+        loaded = dataclasses.replace(loaded, report=f"{loaded.report} · options: {config.summary()}")
     log.info(loaded.report)
-    if exact or not batch_invariant:
+    if not config.batch_invariant:
         use_plan(loaded.modules.values(), PLAIN)
-    if codec_threads is not None and loaded.device.type != "cpu":
+    if config.codec_threads is not None and loaded.device.type != "cpu":
         raise ValueError(f"codec_threads runs the codec on CPU threads; this model is on {loaded.device}")
-    pipe = Pipeline(loaded, max_batch=max_batch, compile=compile, threads=threads, codec_threads=codec_threads,
-                    codec_processes=codec_processes, **options)
-    pipe.batch_invariant, pipe.exact = bool(batch_invariant) and not exact, bool(exact)
-    pipe.quantize = quantize
-    return pipe
+    return Pipeline(loaded, config)
 
 
 class Pipeline:
     """The loaded speech path and the engine that serves it. Weights and tokenizer are read-only."""
 
-    def __init__(self, loaded: LoadedModel, max_batch: int = 16, compile: bool = False, threads: int | None = None,
-                 **engine_options):
+    def __init__(self, loaded: LoadedModel, options: PipelineConfig | None = None):
+        self.options = options or PipelineConfig()  # load_pipeline's options, checked
         self.config, self.tokenizer = loaded.config, loaded.tokenizer
         self.family = self.config.family  # "qwen3_omni" | "qwen3_tts"
         self.thinker = loaded.modules.get("thinker")  # None for Qwen3-TTS
         self.talker, self.code2wav = loaded.modules["talker"], loaded.modules["code2wav"]
         self.speaker_encoder = loaded.modules.get("speaker_encoder")
         self.device, self.dtype = loaded.device, loaded.dtype
-        self.batch_invariant = True  # load_pipeline(batch_invariant=False) turns it off
-        self.exact = False  # load_pipeline(exact=True): the official bits, one request at a time
-        self.quantize = None  # load_pipeline(quantize="int8") sets it
         self.source, self.random_weights, self.load_report = loaded.source, loaded.random_weights, loaded.report
         self.speakers = sorted(self.config.speakers)
         self.default_speaker = "ethan" if "ethan" in self.config.speakers else (self.speakers or [None])[0]
         self.steps = []  # the thinker's and talker's compiled decode steps (compile=True)
-        if compile:
+        if self.options.compile:
             from omni_core.fast.compiled import compile_steps
             self.steps = [compile_steps(stack.model) for stack in (self.thinker, self.talker) if stack is not None]
-        self.predictors = Predictors(self.talker.code_predictor, self.device, compiled=compile)
+        self.predictors = Predictors(self.talker.code_predictor, self.device, compiled=self.options.compile)
         tts = self.family == "qwen3_tts"
         self.model = SpeechModel(self.config, self.thinker, self.talker, self.code2wav, self.tokenizer,
                                  self.device, self.dtype, self.predictors, self._suppress_mask(), self.default_speaker,
                                  prompts=PromptBuilder(self.config, self.talker, self.tokenizer) if tts else None,
                                  speaker_encoder=self.speaker_encoder, min_new_tokens=2 if tts else 0)
-        self.engine = Engine(self.model, max_batch, threads, **engine_options)
+        o = self.options
+        self.engine = Engine(self.model, o.max_batch, o.num_threads, codec_threads=o.codec_threads,
+                             codec_processes=o.codec_processes, time_budget_s=o.time_budget_s,
+                             max_waiting=o.max_waiting, max_unread=o.max_unread, stall_s=o.stall_s)
 
     @property
     def info(self) -> dict:
@@ -148,7 +102,7 @@ class Pipeline:
         return dict(
             source=self.source, name=Path(self.source).name or self.source, random_weights=self.random_weights,
             device=str(self.device), dtype=str(self.dtype).replace("torch.", ""), compiled=self.compiled,
-            batch_invariant=self.batch_invariant, exact=self.exact, quantize=self.quantize,
+            batch_invariant=self.options.batch_invariant, exact=self.options.exact, quantize=self.options.quantize,
             cuda_available=torch.cuda.is_available(), **self.abilities,
             default_speaker=self.default_speaker, sample_rate=cfg.sample_rate,
             samples_per_frame=cfg.codec.samples_per_frame,

@@ -11,20 +11,15 @@ import math
 import unicodedata
 from dataclasses import dataclass
 
+from omni_core.audio import SAMPLE_RATE, clean_audio
+from omni_core.errors import RequestError
+
 MODES = ("speak", "chat")
 PREDICTORS = ("reprefill", "kv", "compare")
 MAX_TEXT_CHARS = 2000  # longer text is truncated, with a warning
 MAX_FRAMES = 1500  # 120 s of audio at 12.5 frames/s: the per-request budget
 MAX_TEXT_TOKENS = 512
 MAX_SEED = 2**63 - 1
-
-
-class RequestError(ValueError):
-    """A request that cannot run; the message says what to change."""
-
-
-class EngineBusy(RequestError):
-    """The waiting line is full (max_waiting): the request is fine, try again shortly (HTTP 503, not 400)."""
 
 
 @dataclass(frozen=True)
@@ -144,8 +139,6 @@ def _text_input(value, can: dict) -> str | None:
 
 def _reference(req: "SpeechRequest", can: dict) -> dict:
     """reference_audio → (24000, float32 mono samples); reference_text checked."""
-    from omni_core.audio import SAMPLE_RATE, clean_audio
-
     if req.reference_audio is None:
         if req.reference_text is not None:
             raise RequestError("reference_text is the transcript of reference_audio: pass the clip too")

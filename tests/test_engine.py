@@ -82,19 +82,20 @@ def staggered(pipe, requests, after_frames: int = 3):
 
 @contextmanager
 def emit_calls(engine):
-    """Record every `Engine.emit` call: (step, [(text, frames made before it)], [audio chunks after it]) per row."""
-    calls, real = [], engine.emit
+    """Record every `Step.emit` call: (step, [(text, frames made before it)], [audio chunks after it]) per row."""
+    stepper = engine.stepper
+    calls, real = [], stepper.emit
 
     def logged(seqs, cb0, predicted):
         before = [(s.req.text, len(s.codes)) for s in seqs]
         real(seqs, cb0, predicted)
-        calls.append((engine.steps_taken, before, [len(s.audio) for s in seqs]))
+        calls.append((stepper.steps_taken, before, [len(s.audio) for s in seqs]))
 
-    engine.emit = logged
+    stepper.emit = logged
     try:
         yield calls
     finally:
-        del engine.emit
+        del stepper.emit
 
 
 def first_frames(calls) -> list[list[str]]:
@@ -131,11 +132,11 @@ def test_a_long_prompt_admitted_mid_stream_is_prefilled_a_piece_a_step_beside_th
     def logged(seq):
         speaking = [len(s.codes) for s in pipe.engine.scheduler.running if s.talking]
         n = real(seq)
-        log.append((pipe.engine.steps_taken, n, speaking))
+        log.append((pipe.engine.stepper.steps_taken, n, speaking))
         return n
 
-    before = runner.prefill_chunk, pipe.engine.prefill_budget
-    runner.prefill_chunk, runner.prefill_talker, pipe.engine.prefill_budget = 6, logged, 6 * pieces
+    before = runner.prefill_chunk, pipe.engine.stepper.prefill_budget
+    runner.prefill_chunk, runner.prefill_talker, pipe.engine.stepper.prefill_budget = 6, logged, 6 * pieces
     try:
         solo_long = pipe.generate(long)
         solo_steps = {step for step, _, _ in log}
@@ -144,7 +145,7 @@ def test_a_long_prompt_admitted_mid_stream_is_prefilled_a_piece_a_step_beside_th
         log.clear()
         together = staggered(pipe, [first, long], after_frames=3)
     finally:
-        runner.prefill_chunk, pipe.engine.prefill_budget = before
+        runner.prefill_chunk, pipe.engine.stepper.prefill_budget = before
         del runner.prefill_talker
     newcomer = [(step, n, speaking) for step, n, speaking in log if speaking]
     steps = [step for step, _, _ in newcomer]

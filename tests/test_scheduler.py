@@ -72,3 +72,17 @@ def test_remove_takes_a_request_out_wherever_it_is():
 def test_max_batch_must_be_a_whole_number_of_at_least_one(bad):
     with pytest.raises(ValueError, match="max_batch must be a whole number of at least 1"):
         Scheduler(max_batch=bad)
+
+
+def test_done_reasons_nothing_to_speak_codec_eos_and_the_last_frame():
+    from types import SimpleNamespace
+
+    sched, EOS = Scheduler(), 2150
+    s = Sequence(SpeechRequest("hi", max_frames=2), [], torch.device("cpu"), torch.float32)
+    s.reply = SimpleNamespace(done=True, spoken=[])  # the thinker ended its reply at once
+    assert sched.done_reason(s, EOS) == "eos" and "nothing to speak" in s.stats.warnings[-1]
+    s.talker_cache = object()  # talking: that check is only before its talker starts
+    assert sched.done_reason(s, EOS) is None and sched.done_reason(s, EOS, cb0=7) is None
+    assert sched.done_reason(s, EOS, cb0=EOS) == "eos"
+    s.codes = [[0] * 16, [0] * 16]
+    assert sched.done_reason(s, EOS) == "max_frames"

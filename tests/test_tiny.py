@@ -47,14 +47,6 @@ def test_write_once_keeps_what_is_there_and_leaves_no_temporary_folder(tmp_path)
     assert calls[0] != target and sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
 
-def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv("OMNI_CORE_CACHE", str(tmp_path))
-    assert tiny.cache_dir() == tmp_path
-    monkeypatch.delenv("OMNI_CORE_CACHE")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert tiny.cache_dir() == tmp_path / "xdg" / "omni_core"
-
-
 def test_tiny_is_cached_and_deterministic(tmp_path):
     a, b = ensure_tiny("tiny", tmp_path / "a"), ensure_tiny("tiny", tmp_path / "b")
     assert ensure_tiny("tiny", tmp_path / "a") == a

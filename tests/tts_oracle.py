@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from omni_core.synthetic.tiny import cache_dir
+from omni_core.cache import cache_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 REF_PYTHON = ROOT / ".venv-ref" / "bin" / "python"

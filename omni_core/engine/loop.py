@@ -1,21 +1,7 @@
 """`Engine`: one thread, one loop, every running request advanced in the same step.
 
-`Engine.step()` reads as one sentence: schedule (stop, pause, admit) → prefill newcomers'
-prompts → think (one batched thinker token for every chat reply the talker is about to
-read) → a frame for every row (`frame`): talk (prefill talker prompts, one batched talker
-step) → CB0 for every row (rows alike as one batch) → one predictor call per predictor kind
-for all rows → emit each row's frame and audio. Rows still waiting for their first frame take
-that part first, in calls of their own, so a newcomer's first audio does not wait for the older
-rows' whole step. With codec processes (`codec_threads`, `codec_processes`), emit sends the
-chunks' codes and their audio comes back while the next step runs (engine/codec_process.py,
-engine/codec_pool.py); the engine stays at most one step ahead of them.
-
-Prefills run piece by piece (`Runner.prefill_chunk` positions); while some row is decoding, a
-step runs at most `prefill_budget` prompt positions (whole pieces, in admission order; one piece
-per prompt, at least one piece), so a long prompt admitted mid-stream delays the others' next
-frame by one piece's work, not its whole prompt's, and a handful of short prompts arriving
-together all start in one step. With nothing decoding (requests arriving together at an idle
-engine) every piece runs.
+Each turn of the loop drives one `Step` (engine/step.py: its stages, in order) over the
+scheduler's rows; requests and calls come in through the inbox between steps.
 
 All torch work happens in the engine's own thread: callers (Gradio's worker threads)
 only put requests in and read events out. Torch kernels run on an OpenMP team per
@@ -24,15 +10,9 @@ workers (engine/threads.py: a lone tiny request 1.5x slower), so the engine's th
 only one with kernels to run, and it ends when it has been idle for 30 s or is asked to rest
 (a later request starts another): idle pipelines keep no team alive.
 
-Time is charged per stage: every request in a batched call waited for all of it, so each
-is charged the whole call.
-
-Faults: what a request brings (its stop checks, prompt, sampling, codec push) runs under
-its own guard and fails it alone. A batched call that raises is run again one row at a
-time (rows are batch-invariant, so a healthy row gets the floats it got in the batch) and
-only the rows that fail alone fail. An exception that escapes a step fails the rows it
-held; a second in a row, or the thread dying, takes the engine down: every request it
-holds, and every later call, gets `EngineError`.
+Faults: a request's own work and a batched call that raises fail only their rows (engine/guard.py).
+An exception that escapes a step fails the rows it held; a second in a row, or the thread dying,
+takes the engine down: every request it holds, and every later call, gets `EngineError`.
 """
 
 from __future__ import annotations
@@ -45,15 +25,16 @@ from concurrent.futures import Future, wait
 
 import torch
 
-from omni_core.engine import output
 from omni_core.engine.codec_pool import CodecPool
+from omni_core.engine.guard import Guard
 from omni_core.engine.output import EngineError
 from omni_core.engine.runner import Runner
 from omni_core.engine.scheduler import Scheduler
 from omni_core.engine.sequence import Sequence
 from omni_core.engine.speech_model import SpeechModel
+from omni_core.engine.step import Step
 from omni_core.engine.threads import ENGINES, IDLE_EXIT_S
-from omni_core.request import EngineBusy
+from omni_core.errors import EngineBusy
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +42,6 @@ POLL_S = 0.1  # how often a waiting caller checks that the engine is alive
 PAUSED_POLL_S = 0.02  # how often an engine whose requests are all paused looks again
 CLOSE = object()  # the inbox item that ends the loop
 REST = object()  # the inbox item that wakes the loop to end an idle thread (`Engine.rest`)
-# Prompt positions a step may prefill while rows are decoding, one piece per prompt: four pieces. One piece
-# (128) let only two of the tiny model's ~60-position prompts start per step, so 8 requests arriving beside
-# a speaking one heard their first audio over four steps.
-PREFILL_BUDGET = 512
 # An idle engine handed a request waits while more keep coming: up to GATHER_S for each next one, GATHER_MAX_S
 # in all. Requests sent together (threads released at once submit over 2-9 ms here, slowed by the engine's
 # own step) then start in one step, instead of the first few alone and the rest a whole step later.
@@ -83,21 +60,27 @@ class Engine:
         self.scheduler = Scheduler(max_batch, **options)
         self.threads = threads or torch.get_num_threads()
         self.codec_threads, self.codec_processes = codec_threads, codec_processes
-        self._codec_mark: dict = {}  # where the codec processes' pushes stood when the current step began
-        self.runner = Runner(model)
+        self.guard = Guard(self.scheduler, self._left_line)
+        self.stepper = Step(self.scheduler, Runner(model), self.guard, self._left_line)
         self._codec_pool()
         self._rest = False  # end the thread as soon as it is idle (`rest`)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()  # lists of new Sequences, (fn, args, Future) calls
-        self.steps_taken = 0
-        self.prefill_budget = PREFILL_BUDGET  # prompt positions a step may prefill while rows decode
         self.gather_s = (GATHER_S, GATHER_MAX_S)  # how an idle engine waits for the rest of a burst
-        self.prefill_left: int | None = None  # prompt positions this step may still prefill (None: no limit)
         self.error: EngineError | None = None  # set once the engine no longer serves
         self._queued = 0  # submitted and not yet admitted: in the inbox or the scheduler's waiting line
         self._failed_steps = 0  # steps in a row that raised
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # guards error, _queued, _thread and putting requests in the inbox
         ENGINES.add(self)
+
+    @property
+    def runner(self) -> Runner | None:
+        """The only caller of the models (None once the engine is closed)."""
+        return self.stepper.runner
+
+    @runner.setter
+    def runner(self, runner: Runner | None) -> None:
+        self.stepper.runner = runner
 
     @property
     def model(self) -> SpeechModel:
@@ -237,7 +220,7 @@ class Engine:
     def _step_or_count(self) -> None:
         """One step; an exception that escapes it fails its rows, a second in a row takes the engine down."""
         try:
-            self.step()
+            self.stepper.run()
             self._failed_steps = 0
         except Exception as exc:
             log.exception("engine step failed")
@@ -245,7 +228,7 @@ class Engine:
             if self._failed_steps >= 2:
                 raise EngineError(f"two engine steps in a row failed; the last: {type(exc).__name__}: {exc}") from exc
             for seq in list(self.scheduler.running):
-                self._fail(seq, exc)
+                self.guard.fail(seq, exc)
 
     def _gather(self) -> bool:
         """Take in requests while they keep coming (GATHER_S after the last, GATHER_MAX_S in all), so that a
@@ -308,201 +291,9 @@ class Engine:
             elif isinstance(item, tuple):
                 item[2].set_exception(EngineError(str(error)))
         for seq in held:
-            self._fail(seq, EngineError(str(error)))
+            self.guard.fail(seq, EngineError(str(error)))
 
-    def step(self) -> None:
-        for seq in self.scheduler.running:
-            seq.step_spent = dict.fromkeys(seq.step_spent, 0.0)
-        codec = self._codec_pool()
-        # A step's audio may still decode while the next step runs, no longer: pushes from steps before it wait
-        self._codec_mark = codec.mark() if codec is not None else {}
-        self.schedule()
-        rows = self.scheduler.rows()
-        decoding = any(s.decoding for s in rows)
-        # The budget holds at least one piece, so a prompt always advances.
-        self.prefill_left = max(self.prefill_budget, self.runner.prefill_chunk) if decoding else None
-        self.prefill([s for s in rows if s.thinker_todo is not None], "thinker")
-        self.think([s for s in rows if s.wants_token()])
-        talking = [s for s in rows if s.can_talk]
-        # Newcomers first, in calls of their own: their first frame and audio come out before the older rows'
-        # step, not after it (rows are batch-invariant: the split changes no row's floats).
-        for group in ([s for s in talking if not s.codes], [s for s in talking if s.codes]):
-            if group:
-                self.frame(group)
-        self.steps_taken += 1
-
-    def frame(self, seqs: list[Sequence]) -> None:
-        """The next frame of each of these rows: talker, CB0, predictor, then its Frame and audio."""
-        rows = self.talk(seqs)
-        rows, cb0 = self.choose_cb0(rows)
-        rows, predicted = self.predict(rows, cb0)
-        self.emit(rows, cb0, predicted)
-
-    # ---- the parts of a step ---------------------------------------------------------------
-
-    def schedule(self) -> None:
-        """Stop what was cancelled, ran out of time or stalled; pause slow readers; admit waiting
-        requests up to max_batch. Each request's checks run under its own guard."""
-        now = time.perf_counter()
-        for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
-            if seq.codec_error is not None:  # a chunk of its audio failed in the codec process
-                self._fail(seq, seq.codec_error)
-                continue
-            reason = self._guard(seq, "talker", [], self.scheduler.stop_reason, seq, now)
-            if reason is not None:
-                self._finish(seq, reason)
-        admitted = self.scheduler.admit(now)
+    def _left_line(self, n: int) -> None:
+        """n requests left the waiting line (admitted, or ended while waiting)."""
         with self._lock:
-            self._queued -= len(admitted)
-        for seq in admitted:
-            # Chat admission is the thinker's prompt; speak mode's is the talker's prompt pieces.
-            self._guard(seq, "thinker" if seq.req.mode == "chat" else "talker", [seq], self.runner.admit, seq)
-
-    def prefill(self, seqs: list[Sequence], stage: str) -> None:
-        """The next pieces of these requests' prompts for `stage` ("thinker" or "talker"), request by request
-        in admission order, while the step's budget (`prefill_left`) lasts, one piece per request when the
-        budget applies (so a long prompt holds the speaking rows one piece's work a step, and a burst of
-        short ones starts together). Each piece is its request's own work (fails it alone); a request whose
-        last piece ran can decode in this same step."""
-        run = self.runner.prefill_thinker if stage == "thinker" else self.runner.prefill_talker
-        for seq in seqs:
-            while not seq.finished and (todo := _todo(seq, stage)) is not None:
-                piece = min(self.runner.prefill_chunk, todo.shape[1])
-                if self.prefill_left is not None:
-                    if piece > self.prefill_left:
-                        return
-                    self.prefill_left -= piece
-                self._guard(seq, stage, [seq], run, seq)
-                if self.prefill_left is not None:
-                    break  # beside decoding rows a prompt runs one piece a step: the budget is for several prompts
-
-    def think(self, seqs: list[Sequence]) -> None:
-        """One reply token for each chat request that needs one: one batched thinker step."""
-        seqs, logits = self._batched("thinker", seqs, self.runner.think)
-        for seq, row in zip(seqs, logits):
-            self._guard(seq, "thinker", [seq], self.runner.take_token, seq, row)
-
-    def talk(self, seqs: list[Sequence]) -> list[Sequence]:
-        """The talker's hidden state for each row's next frame: the prompt's prefill for a request
-        starting (as the budget allows), one batched step (ragged cache lengths) for the rest."""
-        for seq in [s for s in seqs if s.talker_cache is None]:
-            if seq.reply.done and not seq.reply.spoken:  # the thinker ended its reply at once
-                seq.stats.warnings.append("the reply ended at its first token: there is nothing to speak")
-                self._finish(seq, "eos")
-                continue
-            self._guard(seq, "talker", [seq], self.runner.start_talker, seq)
-        self.prefill([s for s in seqs if s.talker_todo is not None and not s.finished], "talker")
-        going, hidden = self._batched("talker", [s for s in seqs if s.talking and s.hidden is None], self.runner.talk)
-        for seq, h in zip(going, hidden):
-            seq.hidden = h
-        return [s for s in seqs if s.talking and not s.finished]
-
-    def choose_cb0(self, seqs: list[Sequence]):
-        """CB0 for every row (one codec-head matmul), each with its own settings and generator;
-        a row that chose codec EOS ends here."""
-        seqs, chosen = self._batched("talker", seqs, self.runner.choose_cb0)
-        cb0 = dict(zip(seqs, chosen))
-        for seq in seqs:
-            if not seq.finished and int(cb0[seq][0]) == self.model.codec_eos:
-                self._finish(seq, "eos")
-        return [s for s in seqs if not s.finished], cb0
-
-    def predict(self, seqs: list[Sequence], cb0: dict) -> tuple[list[Sequence], dict]:
-        """CB1..CB15: one call per predictor kind (and graph or not) for all its rows."""
-        out: dict = {}
-        for kind, graph, rows in self.runner.predictor_groups(seqs):
-            rows, made = self._batched("predictor", rows, lambda r: self.runner.predict(kind, graph, r, cb0))
-            out.update({(s, kind): m for s, m in zip(rows, made)})
-        return [s for s in seqs if not s.finished], out
-
-    def emit(self, seqs: list[Sequence], cb0: dict, predicted: dict) -> None:
-        """Each row's Frame; then the audio of the rows whose next chunk is due, one codec call per group
-        of equal position and chunk length (newcomers' first audio first); a row at its frame limit
-        finishes."""
-        for seq in seqs:
-            main = "kv" if seq.req.predictor == "kv" else "reprefill"
-            other = predicted[seq, "kv"][0] if seq.req.predictor == "compare" else None
-            talker_ms, predictor_ms = (1000 * seq.step_spent[k] for k in ("talker", "predictor"))
-            self._guard(seq, "codec", [], output.add_frame, seq, *cb0[seq], predicted[seq, main], other,
-                        talker_ms, predictor_ms, len(seqs), self.model)
-            seq.hidden = None
-        due = [s for s in seqs if not s.finished and output.audio_due(s)]
-        codec, firsts = self.runner.codec_pool, any(s.chunks_sent == 0 for s in due)
-        if due and codec is not None:  # the codec keeps at most one step behind
-            codec.wait_for(self._codec_mark)
-        for group in output.codec_groups(due):
-            self._batched("codec", group, lambda rows: output.decode(rows, self.model))
-        if firsts and codec is not None:
-            # A first chunk is waited for, as the engine's thread would decode it: its audio is handed over while
-            # the engine waits, not after the next compiled call (which holds the GIL): lone tiny, compiled, the
-            # first audio came 18 ms later without this.
-            codec.wait_for(codec.mark())
-        for seq in seqs:
-            if not seq.finished and len(seq.codes) >= seq.max_frames():
-                self._finish(seq, "max_frames")
-
-    # ---- bookkeeping ---------------------------------------------------------------------------
-
-    def _batched(self, stage: str, seqs: list[Sequence], call) -> tuple[list[Sequence], list]:
-        """call(rows) → one result per row, for all `seqs` at once. If it raises, each row runs
-        alone: rows are batch-invariant, so a healthy row gets the floats the batch would have
-        given it, and only a row that fails alone fails. → (the rows that succeeded, their results)."""
-        if not seqs:
-            return [], []
-        t = time.perf_counter()
-        try:
-            results = call(seqs)
-            self._charge(stage, seqs, t)
-            return seqs, results
-        except Exception as exc:
-            self._charge(stage, seqs, t)
-            if len(seqs) == 1:
-                self._fail(seqs[0], exc)
-                return [], []
-            log.warning("a batched %s call of %d rows failed (%s: %s); running its rows one at a time",
-                        stage, len(seqs), type(exc).__name__, exc)
-        alone = {s: self._guard(s, stage, [s], call, [s]) for s in seqs}
-        ok = [s for s in seqs if not s.finished]
-        return ok, [alone[s][0] for s in ok]
-
-    def _charge(self, stage: str, seqs: list[Sequence], since: float) -> None:
-        """Every request in a batched call waited for all of it: each is charged the whole time."""
-        seconds = time.perf_counter() - since
-        for seq in seqs:
-            seq.spent[stage] += seconds
-            seq.step_spent[stage] += seconds
-
-    def _guard(self, seq: Sequence, stage: str, charged: list[Sequence], fn, *args):
-        """Run one request's own work; if it raises, that request fails alone (returns None)."""
-        t = time.perf_counter()
-        try:
-            return fn(*args)
-        except Exception as exc:
-            self._fail(seq, exc)
-        finally:
-            if charged:
-                self._charge(stage, charged, t)
-
-    def _finish(self, seq: Sequence, reason: str) -> None:
-        self._remove(seq)
-        try:
-            output.finish(seq, reason, self.model)
-        except Exception as exc:  # its last codec push
-            output.fail(seq, exc)
-
-    def _fail(self, seq: Sequence, exc: BaseException) -> None:
-        if not seq.finished:
-            log.warning("request failed: %s: %s", type(exc).__name__, exc)
-            self._remove(seq)
-            output.fail(seq, exc)
-
-    def _remove(self, seq: Sequence) -> None:
-        if seq.admitted_at is None:  # it ends while waiting: one fewer in the line
-            with self._lock:
-                self._queued -= 1
-        self.scheduler.remove(seq)
-
-
-def _todo(seq: Sequence, stage: str) -> torch.Tensor | None:
-    """The prompt positions `stage` has yet to prefill for this request (None: none)."""
-    return seq.thinker_todo if stage == "thinker" else seq.talker_todo
+            self._queued -= n

@@ -70,6 +70,19 @@ class Scheduler:
             return "stalled"
         return None
 
+    def done_reason(self, seq: Sequence, codec_eos: int, cb0: int | None = None) -> str | None:
+        """Why `seq` ends within the step, or None: its reply ended before it could be spoken ("eos",
+        checked before its talker starts), the talker chose codec EOS as this frame's CB0 ("eos"), or
+        it made its last frame ("max_frames")."""
+        if seq.talker_cache is None and seq.reply.done and not seq.reply.spoken:
+            seq.stats.warnings.append("the reply ended at its first token: there is nothing to speak")
+            return "eos"
+        if cb0 is not None and cb0 == codec_eos:
+            return "eos"
+        if len(seq.codes) >= seq.max_frames():
+            return "max_frames"
+        return None
+
     def admit(self, now: float) -> list[Sequence]:
         """Move waiting requests to running, up to max_batch; the newly admitted."""
         admitted = []

@@ -32,9 +32,7 @@ from typing import Callable
 
 import torch
 
-import omni_core
-from omni_core.cache import machine
-from omni_core.synthetic.tiny import cache_dir
+from omni_core.cache import cache_dir, machine
 
 FORMAT = 1  # bump when what a package holds changes in a way the key does not see
 # Inductor's own kernels (the norms, softmaxes and elementwise ops between the GEMMs) run on one thread. On
@@ -52,7 +50,7 @@ def folder() -> Path:
 @functools.lru_cache(maxsize=1)
 def source_digest() -> str:
     """Every .py file of omni_core (any change to the code may change a compiled graph)."""
-    root, h = Path(omni_core.__file__).parent, hashlib.sha256()
+    root, h = Path(__file__).parent.parent, hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import torch
 
-from omni_core.cache import machine
+from omni_core.cache import cache_dir, machine
 from omni_core.loading import memory
 from omni_core.models.invariant import ALL_KERNELS, ATEN_ONLY, NO_PACKING, RULE, TIMED_BYTES, Linear, Plan, plan_linears
-from omni_core.synthetic.tiny import cache_dir
 
 PACK_HEADROOM = 0.5  # of the packed bytes, left free after packing (the requests' caches, the page)
 

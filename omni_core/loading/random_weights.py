@@ -12,7 +12,7 @@ benchmarks). Source syntax:
     random:qwen3-tts-0.6b, -1.7b          Qwen3-TTS CustomVoice at its real widths (synthetic/qwen3_tts.py;
                                           layers=N cuts the talker), the codec without its encoder
 
-The weights follow synthetic/tiny.py's spread (std 1/sqrt(fan_in), norms 1, biases 0, the codec
+The weights (synthetic/weights.fill_random) follow synthetic/tiny.py's spread (std 1/sqrt(fan_in), norms 1, biases 0, the codec
 as `tiny.spread_codec`), so routing, attention and codes vary as in the tiny model.
 The tokenizer is presets.build_tokenizer (Qwen's special ids, byte-level text).
 """
@@ -60,24 +60,3 @@ def plan(modules: dict[str, nn.Module], dtype: torch.dtype) -> memory.MemoryPlan
     itemsize = torch.empty((), dtype=dtype).element_size()
     counts = {name: sum(p.numel() for p in m.parameters()) for name, m in modules.items()}
     return memory.MemoryPlan(tuple(memory.Part(n, c, c * itemsize) for n, c in counts.items()), dtype)
-
-
-@torch.no_grad()
-def fill_random(modules: dict[str, nn.Module], seed: int = tiny.SEED) -> None:
-    """Seeded random weights, drawn on each parameter's own device and in its own dtype."""
-    for i, (prefix, module) in enumerate(sorted(modules.items())):
-        if prefix == "code2wav":  # CPU draws, copied over: 0.1-0.2B parameters
-            if hasattr(module, "encode"):  # Qwen3-TTS's codec
-                qwen3_tts.spread_codec(module.decoder, torch.Generator().manual_seed(seed + 100))
-            else:
-                tiny.spread_codec(module, seed + 100)
-            continue
-        device = next(module.parameters()).device
-        gen = torch.Generator(device=device).manual_seed(seed + 100 + i)
-        for name, p in module.named_parameters():
-            if p.dim() >= 2:  # [out, in], [experts, out, in], embeddings [vocab, hidden]
-                p.normal_(0.0, p.shape[-1] ** -0.5, generator=gen)
-            elif name.endswith("norm.weight"):
-                p.fill_(1.0)
-            else:  # biases
-                p.zero_()

@@ -24,7 +24,7 @@ from omni_core.models.config import CheckpointError, OmniConfig
 from omni_core.models.qwen3_tts.config import TTSConfig
 from omni_core.models.qwen3_omni.talker import Talker
 from omni_core.models.qwen3_omni.thinker import Thinker
-from omni_core.synthetic import presets, tiny
+from omni_core.synthetic import presets, tiny, weights
 from omni_core.synthetic import qwen3_tts as synthetic_tts
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -81,7 +81,7 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
     for m in modules.values():
         materialize(m, dev, dt).eval().requires_grad_(False)
     if drawn:
-        random_weights.fill_random(modules, options["seed"])
+        weights.fill_random(modules, options["seed"])
     elif tts:
         qwen3_tts.load(modules, path, cfg, dev, dt)
     else:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from omni_core.cache import cache_dir
 from omni_core.synthetic import tiny
 
 NAME = "qwen3-omni-30b-a3b"
@@ -171,4 +172,4 @@ def ensure_real_width(layers: int = 1, root: Path | None = None, max_shard_size:
         del model
         build_tokenizer().save_pretrained(folder)
 
-    return tiny.write_once((root or tiny.cache_dir()) / f"{NAME}-{layers}layer-v1", write)
+    return tiny.write_once((root or cache_dir()) / f"{NAME}-{layers}layer-v1", write)

@@ -32,7 +32,9 @@ from pathlib import Path
 
 import torch
 
+from omni_core.cache import cache_dir
 from omni_core.synthetic import presets, tiny
+from omni_core.synthetic.weights import fill_random, mimi_encoder, spread, spread_codec
 
 TINY = "tiny-tts"
 TINY_BASE = "tiny-tts-base"
@@ -157,7 +159,7 @@ def ensure_tiny_tts(name: str = TINY, root: Path | None = None) -> Path:
     """Path of the cached checkpoint of a tiny preset (TINY_PRESETS), written on first use (atomically)."""
     if name not in TINY_PRESETS:
         raise ValueError(f"unknown tiny Qwen3-TTS preset {name!r}: choose one of {', '.join(TINY_PRESETS)}")
-    return tiny.write_once((root or tiny.cache_dir()) / f"{name}-v1", lambda folder: write_tiny_tts(folder, name))
+    return tiny.write_once((root or cache_dir()) / f"{name}-v1", lambda folder: write_tiny_tts(folder, name))
 
 
 def write_tiny_tts(folder: Path, preset: str = TINY) -> None:
@@ -190,7 +192,7 @@ def ensure_random_tts(name: str, layers: int | None = None, root: Path | None = 
     if name not in RANDOM:
         raise ValueError(f"unknown real-size Qwen3-TTS preset {name!r}: choose one of {', '.join(RANDOM)}")
     tag = name if layers is None else f"{name}-layers{int(layers)}"
-    target = (root or tiny.cache_dir()) / f"{tag}-v1"
+    target = (root or cache_dir()) / f"{tag}-v1"
     return tiny.write_once(target, lambda folder: write_random_tts(folder, name, layers))
 
 
@@ -198,11 +200,10 @@ def ensure_random_tts(name: str, layers: int | None = None, root: Path | None = 
 def write_random_tts(folder: Path, name: str, layers: int | None = None) -> None:
     """A real-size preset in the hub layout, bfloat16 on disk: the talker and codec decoder hold the
     weights `load_pipeline(f"random:{name}?layers={layers}", device="cpu", dtype="bfloat16")` draws
-    (loading/random_weights.fill_random, default seed); the codec's encoder, which that source
+    (synthetic/weights.fill_random, default seed); the codec's encoder, which that source
     does not build, is seeded here (mimi_encoder) so that the folder is a complete checkpoint."""
     from omni_core.codec.qwen3_tts import TTSCodec
     from omni_core.loading.checkpoint import checkpoint_names, materialize
-    from omni_core.loading.random_weights import fill_random
     from omni_core.models.qwen3_tts.config import TTSConfig
     from omni_core.models.qwen3_tts.talker import Talker
 
@@ -258,49 +259,3 @@ def _named(names: dict, prefix: str) -> dict[str, torch.Tensor]:
 
 def _json(path: Path, obj: dict) -> None:
     path.write_text(json.dumps(obj, indent=2) + "\n")
-
-
-# ---- seeded weights ---------------------------------------------------------------------------
-
-@torch.no_grad()
-def spread(module: torch.nn.Module, gen: torch.Generator) -> None:
-    """Matrices ~ N(0, 1/fan_in), norm weights near 1, biases small: logits spread, codes vary."""
-    for name, p in module.named_parameters():
-        if p.dim() >= 2:
-            p.copy_(torch.randn(p.shape, generator=gen) * p[0].numel() ** -0.5)
-        elif name.endswith(("norm.weight", "layernorm.weight")):
-            p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
-        else:
-            p.copy_(0.1 * torch.randn(p.shape, generator=gen))
-
-
-@torch.no_grad()
-def spread_codec(decoder: torch.nn.Module, gen: torch.Generator) -> None:
-    """Like tiny.spread_codec, plus codebooks of unit spread with positive usage counts."""
-    for name, p in decoder.named_parameters():
-        leaf = name.rsplit(".", 1)[-1]
-        if leaf == "embedding_sum":
-            p.copy_(torch.randn(p.shape, generator=gen))
-        elif leaf == "cluster_usage":
-            p.copy_(torch.rand(p.shape, generator=gen) + 0.5)
-    codebooks = frozenset(n for n, _ in decoder.named_parameters() if n.endswith(("embedding_sum", "cluster_usage")))
-    tiny.spread_codec(decoder, int(torch.randint(0, 2**31, (1,), generator=gen)), skip=codebooks)
-
-
-@torch.no_grad()
-def mimi_encoder(cfg, gen: torch.Generator):
-    """transformers' MimiModel (encoder half) with seeded weights and codebook statistics."""
-    from transformers import MimiConfig, MimiModel
-
-    model = MimiModel(MimiConfig(**cfg.encoder))
-    model.decoder = None
-    spread(model, gen)  # layer scales, LayerNorms and biases too: all O(1) or small
-    for name, b in model.named_buffers():  # the codebooks' statistics (the rest are derived tables)
-        leaf = name.rsplit(".", 1)[-1]
-        if leaf == "embed_sum":
-            b.copy_(torch.randn(b.shape, generator=gen))
-        elif leaf == "cluster_usage":
-            b.copy_(torch.rand(b.shape, generator=gen) + 0.5)
-        elif leaf == "initialized":
-            b.fill_(1.0)
-    return model.eval()

@@ -7,9 +7,9 @@ Two presets of different shapes exist so that tests catch shape assumptions.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from omni_core.cache import cache_dir
 from omni_core.loading.quiet import quiet_transformers
 
 # Byte-level vocabulary: ids 0..255 are bytes; then Qwen's special tokens, then the
@@ -209,12 +209,6 @@ def spread_codec(code2wav, seed: int = SEED + 2, skip: frozenset[str] = frozense
 
 def _owner(model, param_name: str):
     return model.get_submodule(param_name.rsplit(".", 1)[0])
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("OMNI_CORE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "omni_core")
-    return Path(base)
 
 
 def ensure_tiny(preset: str = "tiny", root: Path | None = None) -> Path:

@@ -1,0 +1,118 @@
+"""The code's shape (STYLE.md): no import cycle among omni_core's modules, no module over 300 lines
+and no function over 60 in omni_core/ and app/. The allow-lists name what is still over, to split:
+they may only shrink (a name listed that is no longer over fails too)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 300, 60
+
+# To split: modules still over MAX_MODULE_LINES.
+LONG_MODULES = {
+    "app/api.py",
+    "omni_core/codec/code2wav.py",
+    "omni_core/fast/compiled.py",
+    "omni_core/models/invariant.py",
+}
+
+# To split: functions still over MAX_FUNCTION_LINES, as "path:qualified name".
+LONG_FUNCTIONS = {
+    "omni_core/loading/recipe.py:load_model",
+}
+
+
+def sources(*folders: str) -> list[Path]:
+    return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(path: Path, modules: set[str]) -> set[str]:
+    """The modules of `modules` that `path` names in an import, at any depth (lazy imports count).
+    `from p import n` names p.n where that is a module, else p; a package's __init__ is not
+    counted as imported by the modules below it."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+    return (found & modules) - {name}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_the_cycle_finder_finds_a_cycle_and_only_cycles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_in_omni_core():
+    paths = sources("omni_core")
+    modules = {module_name(p) for p in paths}
+    graph = {module_name(p): imported(p, modules) for p in paths}
+    assert import_cycles(graph) == []
+
+
+def test_no_module_over_300_lines_but_those_listed_to_split():
+    over = {str(p.relative_to(ROOT)) for p in sources("omni_core", "app")
+            if len(p.read_text().splitlines()) > MAX_MODULE_LINES}
+    assert over == LONG_MODULES
+
+
+def test_no_function_over_60_lines_but_those_listed_to_split():
+    over = set()
+    for path in sources("omni_core", "app"):
+        over.update(f"{path.relative_to(ROOT)}:{name}" for name, lines in functions(ast.parse(path.read_text()))
+                    if lines > MAX_FUNCTION_LINES)
+    assert over == LONG_FUNCTIONS
+
+
+def functions(tree: ast.AST, prefix: str = ""):
+    """(qualified name, lines from its first decorator or `def` to its last line) of every function."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            yield prefix + node.name, node.end_lineno - first + 1
+            yield from functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.ClassDef):
+            yield from functions(node, f"{prefix}{node.name}.")
