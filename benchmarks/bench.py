@@ -294,7 +294,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60) -> dict:
-    """N simultaneous speak-mode requests of `frames` frames on the tiny model, for the batched
+    """N simultaneous speak-mode requests of `frames` frames on the tiny model (`page_mix`: the page's traffic),
+    for the batched
     engine (eager and compiled, the codec in the engine's thread or in a process of its own) and, as the
     baseline, the same engine serving one request at a time (max_batch=1: each request runs alone, the
     rest wait). Rounds interleave the engines."""
@@ -314,8 +315,7 @@ def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60) -> d
             pipe.warm_up()
     out = {}
     for n in counts:
-        requests = [SpeechRequest(f"Listener number {i} is hearing this sentence.", max_frames=frames, seed=i)
-                    for i in range(n)]
+        requests = page_mix(n, frames)
         runs = {name: [] for name in engines}
         for _ in range(repeats):
             for name, pipe in engines.items():
@@ -331,6 +331,15 @@ def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60) -> d
     for pipe in engines.values():
         pipe.close()
     return out
+
+
+def page_mix(n: int, frames: int) -> list:
+    """n requests like the page's traffic: half on the KV predictor and half on re-prefill, a third of them
+    sampled with their own seeds."""
+    from omni_core.request import SpeechRequest
+
+    return [SpeechRequest(f"Listener number {i} is hearing this sentence.", max_frames=frames, seed=i,
+                          predictor="kv" if i % 2 else "reprefill", do_sample=i % 3 == 2) for i in range(n)]
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -406,6 +415,15 @@ def bench_tts(quick: bool, json_path: str) -> dict:
     return tts.main(quick, json_path)
 
 
+def bench_tts_int8(quick: bool, json_path: str) -> dict:
+    """Qwen3-TTS 0.6B and 1.7B, one request: bfloat16, int8 weights, int8 with the codec in a process of its own,
+    interleaved with the official package on 0.6B (benchmarks/tts.py)."""
+    from benchmarks import tts  # it imports this module's helpers
+
+    return tts.main(quick, json_path, sizes=("0.6b", "1.7b"), reference_sizes=("0.6b",),
+                    ways=("bfloat16", "bfloat16/int8", "bfloat16/int8/codec1"))
+
+
 def bench_tts_batched(quick: bool, json_path: str) -> dict:
     from benchmarks import tts_batched  # it imports this module's helpers
 
@@ -413,11 +431,29 @@ def bench_tts_batched(quick: bool, json_path: str) -> dict:
 
 
 def machine() -> dict:
-    info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+    flags = cpu_field("flags", "").split()
+    info = {"platform": platform.platform(), "cpu": cpu_name(), "cpu_family": cpu_field("cpu family"),
+            "native_bfloat16": "avx512_bf16" in flags or "amx_bf16" in flags,
             "torch": torch.__version__, "threads": torch.get_num_threads()}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
     return info
+
+
+def cpu_field(name: str, default: str | None = None) -> str | None:
+    """A field of /proc/cpuinfo's first processor (Linux), or `default`."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == name:
+                return value.strip()
+    except OSError:
+        pass
+    return default
+
+
+def cpu_name() -> str:
+    return cpu_field("model name") or platform.processor() or platform.machine()
 
 
 def main(quick: bool = False, json_path: str = "bench_results/bench.json", gpu_only: bool = False,
@@ -434,6 +470,7 @@ def main(quick: bool = False, json_path: str = "bench_results/bench.json", gpu_o
         ("h_lone_request", lambda: bench_lone_request(quick, json_path.replace(".json", "_h.json"))),
         ("i_tts_real_size", lambda: bench_tts(quick, json_path.replace(".json", "_i.json"))),
         ("l_tts_batched", lambda: bench_tts_batched(quick, json_path.replace(".json", "_l.json"))),
+        ("q_tts_int8", lambda: bench_tts_int8(quick, json_path.replace(".json", "_q.json"))),
     ]
     if torch.cuda.is_available():
         sections.append(("e_cuda_graph", lambda: bench_cuda_graph(20 if quick else 50)))

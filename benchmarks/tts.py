@@ -34,7 +34,8 @@ float32 is ~8 GB per side (~16 GB of RAM with both loaded) and the package's fra
 `--layers N` cuts the talker on both sides (the predictor and the codec keep theirs): a quick run,
 not the real size.
 
-Ways: a dtype, or dtype/int8 (int8 weights: load_pipeline(quantize="int8")). A size's ways are loaded
+Ways: a dtype, then /int8 for int8 weights (load_pipeline(quantize="int8")) and /codec1 for the codec in a
+process of its own with one thread (codec_threads=1), e.g. bfloat16/int8/codec1. A size's ways are loaded
 side by side and run interleaved with the package, round by round.
 
     .venv/bin/python -m benchmarks.tts [--quick] [--layers N] [--sizes 0.6b 1.7b] [--reference-sizes 0.6b]
@@ -198,10 +199,22 @@ def over_floor(per_frame: dict, floor_ms: dict) -> dict:
 
 # ---- one size, its ways interleaved --------------------------------------------------------------
 
-def parse_way(way: str) -> tuple[str, str | None]:
-    """"bfloat16" → ("bfloat16", None); "bfloat16/int8" → ("bfloat16", "int8")."""
-    dtype, _, quantize = way.partition("/")
-    return dtype, quantize or None
+def parse_way(way: str) -> dict:
+    """A way's load_pipeline options: "bfloat16" → dtype; "/int8" adds quantize="int8"; "/codec1" a codec
+    process of one thread (codec_threads=1), beside the engine's next step; "/compile" compiled decoding
+    (warmed up before the rounds: a first start compiles for minutes, later ones load the packages)."""
+    dtype, *extras = way.split("/")
+    options = {"dtype": dtype}
+    for extra in extras:
+        if extra == "int8":
+            options["quantize"] = "int8"
+        elif extra == "compile":
+            options["compile"] = True
+        elif extra.startswith("codec"):
+            options["codec_threads"] = int(extra.removeprefix("codec"))
+        else:
+            raise ValueError(f"unknown way {way!r}: dtype[/int8][/codecN][/compile]")
+    return options
 
 
 def bench_size(size: str, ways: list[str], frames: int, repeats: int, layers: int | None,
@@ -212,12 +225,13 @@ def bench_size(size: str, ways: list[str], frames: int, repeats: int, layers: in
     source = str(ensure_random_tts(name, layers))  # every side reads the same folder
     loaded = None
     if reference is not None:
-        loaded = reference.ask("load", model=source, dtype=parse_way(ways[0])[0], threads=torch.get_num_threads())
+        loaded = reference.ask("load", model=source, dtype=parse_way(ways[0])["dtype"], threads=torch.get_num_threads())
     pipes = {}
     try:
         for way in ways:
-            dtype, quantize = parse_way(way)
-            pipes[way] = load_pipeline(source, device="cpu", dtype=dtype, quantize=quantize)
+            pipes[way] = load_pipeline(source, device="cpu", max_batch=1, **parse_way(way))
+            if pipes[way].compiled:
+                pipes[way].warm_up()
             print(f"   {way}: {pipes[way].load_report}", flush=True)
         runs: dict[str, list] = {way: [] for way in [*ways, "qwen-tts"]}
         cases = {way: (lambda w=way: runs[w].append(ours(pipes[w], frames))) for way in ways}
@@ -311,7 +325,7 @@ if __name__ == "__main__":
     parser.add_argument("--sizes", nargs="*", default=["0.6b", "1.7b"])
     parser.add_argument("--reference-sizes", nargs="*", default=["0.6b"], help="sizes the package also runs")
     parser.add_argument("--ways", nargs="*", default=["float32", "bfloat16"],
-                        help="dtype, or dtype/int8 for int8 weights (e.g. bfloat16 bfloat16/int8)")
+                        help="dtype[/int8][/codecN][/compile], e.g. bfloat16 bfloat16/int8 bfloat16/int8/codec1")
     parser.add_argument("--json", default="bench_results/tts.json")
     args = parser.parse_args()
     results = main(args.quick, args.json, args.layers, args.sizes, args.reference_sizes, args.ways, args.frames)
