@@ -200,20 +200,20 @@ def over_floor(per_frame: dict, floor_ms: dict) -> dict:
 # ---- one size, its ways interleaved --------------------------------------------------------------
 
 def parse_way(way: str) -> dict:
-    """A way's load_pipeline options: "bfloat16" → dtype; "/int8" adds quantize="int8"; "/codec1" a codec
+    """A way's load_pipeline options: "bfloat16" → dtype; "/int8" ("/int4") adds quantize="int8"; "/codec1" a codec
     process of one thread (codec_threads=1), beside the engine's next step; "/compile" compiled decoding
     (warmed up before the rounds: a first start compiles for minutes, later ones load the packages)."""
     dtype, *extras = way.split("/")
     options = {"dtype": dtype}
     for extra in extras:
-        if extra == "int8":
-            options["quantize"] = "int8"
+        if extra in ("int8", "int4"):
+            options["quantize"] = extra
         elif extra == "compile":
             options["compile"] = True
         elif extra.startswith("codec"):
             options["codec_threads"] = int(extra.removeprefix("codec"))
         else:
-            raise ValueError(f"unknown way {way!r}: dtype[/int8][/codecN][/compile]")
+            raise ValueError(f"unknown way {way!r}: dtype[/int8|/int4][/codecN][/compile]")
     return options
 
 

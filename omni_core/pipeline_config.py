@@ -55,7 +55,9 @@ class PipelineConfig:
     quantize: None (the default), or "int8": the talker's, code predictor's and thinker's large matmuls with
     int8 weights (symmetric, per output channel) and bfloat16 activations, quantized at load (models/quant.py):
     half a bfloat16 model's bytes per frame, so about twice the speed where decoding is bound by memory; the
-    codec and the embeddings stay in float. Batch-invariant like the float path. CPU only."""
+    codec and the embeddings stay in float. Batch-invariant like the float path. CPU only. "int4": the same
+    matmuls with int4 weights in groups of 32 (a scale and an offset each): a quarter of the bytes, with about
+    15 times int8's error (measured in BENCHMARKS.md, "Qwen3-TTS int8 and the memory floor")."""
 
     device: str = "auto"
     dtype: str = "auto"

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from omni_core import SpeechRequest, load_pipeline
 from omni_core.models.invariant import Linear
-from omni_core.models.quant import Int8Linear, quantize_weight
+from omni_core.models.quant import GROUP, Int4Linear, Int8Linear, quantize_weight
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,13 +49,30 @@ def test_int8_linear_equals_a_float_product_with_its_dequantized_weight(dtype):
     assert not torch.equal(int8.dequantized(), linear.weight.float())  # it really is quantized
 
 
-def test_int8_linear_gives_a_row_the_same_bits_in_any_call():
+def test_int4_linear_equals_a_float_product_with_its_group_wise_weight():
+    """Int4Linear: each group of GROUP weights within 16 levels of its range, and the kernel's product equal to a
+    float32 product with that dequantized weight (up to the kernel's bfloat16 output rounding)."""
+    gen = torch.Generator().manual_seed(3)
+    linear = Linear(256, 384, bias=True).requires_grad_(False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(384, 256, generator=gen) / 16)
+    int4 = Int4Linear(linear.to(torch.bfloat16))
+    w, dq = linear.weight.float().view(384, -1, GROUP), int4.dequantized().view(384, -1, GROUP)
+    step = (w.amax(-1) - w.amin(-1)) / 15  # [N, K / GROUP]
+    assert torch.all((dq - w).abs() <= step[..., None] * 0.51 + 1e-2 * step[..., None])
+    x = torch.randn(3, 256, generator=gen).to(torch.bfloat16)
+    want = F.linear(x.float(), int4.dequantized()) + linear.bias.float()
+    torch.testing.assert_close(int4(x).float(), want, atol=float(want.abs().amax()) * 2 ** -7, rtol=2 ** -7)
+
+
+@pytest.mark.parametrize("kind", [Int8Linear, Int4Linear])
+def test_a_quantized_linear_gives_a_row_the_same_bits_in_any_call(kind):
     """Batch invariance without a plan: each row of a 1..64-row call (and a 300-row one) equals its own 1-row call."""
     gen = torch.Generator().manual_seed(2)
     linear = Linear(512, 1536, bias=False)
     with torch.no_grad():
         linear.weight.copy_(torch.randn(1536, 512, generator=gen))
-    int8 = Int8Linear(linear.to(torch.bfloat16))
+    int8 = kind(linear.to(torch.bfloat16))
     x = torch.randn(310, 512, generator=gen).to(torch.bfloat16)
     with torch.no_grad():
         solo = torch.cat([int8(x[r:r + 1]) for r in range(x.shape[0])])
@@ -64,18 +81,19 @@ def test_int8_linear_gives_a_row_the_same_bits_in_any_call():
                 assert torch.equal(int8(x[offset:offset + rows]), solo[offset:offset + rows]), (rows, offset)
 
 
-def test_an_int8_pipeline_gives_each_request_its_solo_codes():
-    """tiny-tts with int8 weights: three requests (greedy and sampled, KV and re-prefill) taken in together
-    equal their solo runs in codes and audio; the predictor's and talker's large matmuls are int8."""
+@pytest.mark.parametrize("mode, layer", [("int8", Int8Linear), ("int4", Int4Linear)])
+def test_a_quantized_pipeline_gives_each_request_its_solo_codes(mode, layer):
+    """tiny-tts with int8 (int4) weights: three requests (greedy and sampled, KV and re-prefill) taken in together
+    equal their solo runs in codes and audio; the predictor's and talker's large matmuls are quantized."""
     from tests.test_engine import assert_same, collect
 
     requests = [SpeechRequest("Listener one hears this.", max_frames=5, predictor="kv"),
                 SpeechRequest("And listener two.", max_frames=4),
                 SpeechRequest("Three, sampled.", max_frames=5, do_sample=True, seed=5, predictor="kv")]
-    with load_pipeline("tiny-tts", device="cpu", quantize="int8") as pipe:
-        assert pipe.info["quantize"] == "int8"
-        assert any(isinstance(m, Int8Linear) for m in pipe.talker.code_predictor.modules())
-        assert not any(isinstance(m, Int8Linear) for m in pipe.code2wav.modules())  # the codec stays in float
+    with load_pipeline("tiny-tts", device="cpu", quantize=mode) as pipe:
+        assert pipe.info["quantize"] == mode
+        assert any(isinstance(m, layer) for m in pipe.talker.code_predictor.modules())
+        assert not any(isinstance(m, (Int8Linear, Int4Linear)) for m in pipe.code2wav.modules())  # codec in float
         solo = [pipe.generate(r) for r in requests]
         together = [collect(s) for s in pipe.stream_together(requests)]
     for got, want in zip(together, solo):
@@ -99,8 +117,8 @@ def test_the_real_width_int8_pipeline_counts_what_it_saved():
 def test_bad_quantize_options_are_refused_with_a_reason(capsys):
     from app.cli import parse_args
 
-    with pytest.raises(ValueError, match="quantize must be None or one of int8"):
-        load_pipeline("tiny", device="cpu", quantize="int4")
+    with pytest.raises(ValueError, match="quantize must be None or one of int8, int4"):
+        load_pipeline("tiny", device="cpu", quantize="int2")
     with pytest.raises(ValueError, match="exact=True gives the official implementation's bits, which int8"):
         load_pipeline("tiny", device="cpu", quantize="int8", exact=True)
     with pytest.raises(SystemExit):

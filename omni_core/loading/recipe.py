@@ -94,7 +94,7 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
     if packed:
         report += f" · {packed} float32 matmuls through oneDNN (timed faster here: models/onednn.py)"
     if quantize:
-        count = sum(isinstance(m, quant.Int8Linear) for root in modules.values() for m in root.modules())
+        count = sum(isinstance(m, quant.QUANTIZED) for root in modules.values() for m in root.modules())
         report += f" · {quantize} weights: {count} matmuls, {saved / 1e9:.2f} GB less (the codec and embeddings in {str(dt).removeprefix('torch.')})"
     elif dev.type == "cpu" and tts and (gain := quant.measured_gain(modules["talker"])):
         size = next(modules["talker"].parameters()).element_size()

@@ -1,4 +1,4 @@
-"""Weight-only int8: `load_pipeline(quantize="int8")`.
+"""Weight-only int8 and int4: `load_pipeline(quantize="int8" | "int4")`.
 
 Decoding one request reads every weight once per step and does little arithmetic with it,
 so its speed is the weights' bytes over the memory bandwidth. int8 weights halve a
@@ -14,6 +14,11 @@ its result back. That kernel computes every row on its own (no reduction across 
 row's bits do not depend on the other rows of the call: batch-invariant without a plan.
 Embeddings, norms, the MoE's stacked experts and the codec stay in float: they are rows
 read by index, arithmetic-bound, or (the codec) reported to hiss when quantized.
+
+int4 (`Int4Linear`) halves the bytes again: groups of GROUP weights along K, each with its own
+scale and offset (asymmetric, 16 levels), through `aten._weight_int4pack_mm_for_cpu`, which
+also computes each row on its own. Its error is about 15 times int8's (a product's relative
+error ~8% against ~0.5% for Gaussian weights), so it is measured, not assumed (the benchmark docs).
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from torch import nn
 
 from omni_core.models.invariant import Linear
 
-MODES = ("int8",)
+MODES = ("int8", "int4")
 MIN_WEIGHTS = 1 << 16  # smaller matmuls (gates, the tiny model's) stay in float: their bytes cost nothing
+GROUP = 32  # int4 weights per scale and offset: the smallest group the kernel takes, the least error
+INNER_K_TILES = 2  # the int4 kernel's packing of K (its CPU layout)
 
 
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,9 +69,50 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
+def quantize_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """weight [N, K] → (the kernel's packed int4 weight, bfloat16 scales and offsets [K / GROUP, N, 2]), with
+    each group's weights ≈ code * scale + low, code in 0..15 (the kernel stores the offset as low + 8 * scale)."""
+    N, K = weight.shape
+    w = weight.detach().float().view(N, K // GROUP, GROUP)
+    low, high = w.amin(-1), w.amax(-1)  # [N, K / GROUP]
+    scale = ((high - low) / 15).clamp(min=1e-30).to(torch.bfloat16).float()  # the kernel's scales are bfloat16
+    codes = torch.round((w - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).view(N, K)
+    offset = (low + 8 * scale).to(torch.bfloat16).float()
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, INNER_K_TILES)
+    return packed, torch.stack([scale, offset], -1).transpose(0, 1).contiguous().to(torch.bfloat16)
+
+
+class Int4Linear(nn.Module):
+    """y = x @ dequantized(weight).T + bias: rows in bfloat16 through the int4 kernel, in x's dtype out."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        packed, scales = quantize_int4(linear.weight)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("qweight", packed)
+        self.register_buffer("scale", scales)  # [K / GROUP, N, 2]: scale, offset
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)  # [M, K]
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.qweight, GROUP, self.scale).to(x.dtype)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*x.shape[:-1], self.out_features)
+
+    def dequantized(self) -> torch.Tensor:
+        """The weight this layer multiplies by, in float32 [N, K]: the kernel applied to the identity."""
+        eye = torch.eye(self.in_features, dtype=torch.bfloat16)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.qweight, GROUP, self.scale).float().T
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int4, group {GROUP}"
+
+
 def quantize_modules(modules, mode: str = "int8") -> int:
     """Replace every large `Linear` under `modules` (the thinker, the talker with its code predictor)
-    by an `Int8Linear`, in place. Returns the bytes the weights shrank by."""
+    by an `Int8Linear` (mode "int8") or `Int4Linear` (mode "int4"; a weight whose K is not a multiple of
+    GROUP stays int8), in place. Returns the bytes the weights shrank by."""
     if mode not in MODES:
         raise ValueError(f"quantize must be one of {', '.join(MODES)} (got {mode!r})")
     saved = 0
@@ -72,10 +120,19 @@ def quantize_modules(modules, mode: str = "int8") -> int:
         for parent in list(root.modules()):
             for name, child in list(parent.named_children()):
                 if isinstance(child, Linear) and child.weight.numel() >= MIN_WEIGHTS:
-                    int8 = Int8Linear(child)
-                    saved += child.weight.numel() * (child.weight.element_size() - 1) - int8.scale.numel() * 2
-                    setattr(parent, name, int8)
+                    four = mode == "int4" and child.in_features % GROUP == 0
+                    small = Int4Linear(child) if four else Int8Linear(child)
+                    saved += child.weight.numel() * child.weight.element_size() - weight_bytes(small)
+                    setattr(parent, name, small)
     return saved
+
+
+def weight_bytes(module: nn.Module) -> int:
+    """Bytes of a quantized layer's weight and scales (its buffers)."""
+    return sum(b.numel() * b.element_size() for b in module.buffers())
+
+
+QUANTIZED = (Int8Linear, Int4Linear)
 
 
 def measured_gain(stack: nn.Module, repeats: int = 3) -> float | None:
