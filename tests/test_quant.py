@@ -145,3 +145,17 @@ def test_the_command_line_synthesizes_with_int8_weights(tmp_path):
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "int8 weights" in proc.stderr and sf.info(str(out)).frames == 3 * 1920
+
+
+def test_the_measured_gain_takes_the_largest_weights_of_a_stack_of_two_widths():
+    """quant.measured_gain on layers of two widths (as 1.7B's talker beside its predictor): a ratio, no shape
+    error; a stack too small to leave the caches gives None."""
+    from torch import nn
+
+    from omni_core.models.layers import MLP
+    from omni_core.models.quant import measured_gain
+
+    stack = nn.ModuleList([MLP(2048, 6144) for _ in range(3)] + [MLP(1024, 3072)]).to(torch.bfloat16)
+    gain = measured_gain(stack, repeats=1)
+    assert gain is not None and gain > 0
+    assert measured_gain(nn.ModuleList([MLP(64, 128)])) is None

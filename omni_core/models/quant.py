@@ -142,7 +142,11 @@ def measured_gain(stack: nn.Module, repeats: int = 3) -> float | None:
     import statistics
     import time
 
-    weights = [m.down_proj.weight for m in stack.modules() if isinstance(getattr(m, "down_proj", None), Linear)]
+    found = [m.down_proj.weight for m in stack.modules() if isinstance(getattr(m, "down_proj", None), Linear)]
+    if not found:
+        return None
+    shape = max({w.shape for w in found}, key=lambda sh: sum(w.numel() for w in found if w.shape == sh))
+    weights = [w for w in found if w.shape == shape]  # the talker's layers (the predictor's are narrower in 1.7B)
     if sum(w.numel() * w.element_size() for w in weights) < 64 * 2**20 or weights[0].device.type != "cpu":
         return None
     packed = [quantize_weight(w) for w in weights]
