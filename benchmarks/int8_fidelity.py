@@ -25,7 +25,7 @@ import gc
 import numpy as np
 
 from app.roundtrip import mel_distance
-from benchmarks.bench import machine, print_section, write_results
+from benchmarks.bench import machine, write_results
 from omni_core import SpeechRequest, load_pipeline
 from omni_core.synthetic.qwen3_tts import ensure_random_tts
 
@@ -58,17 +58,23 @@ def compare(base, other, base_take, other_take, sample_rate: int) -> dict:
             "log_mel_distance_db": mel_distance(base_take.audio, other_take.audio, sample_rate)}
 
 
+def run_way(source: str, way: str, request, base_codes):
+    """One way's greedy take and its teacher-forced score of `base_codes` (its own take's when None); the
+    pipeline is closed and dropped on return (the sizes' pipelines never overlap in memory)."""
+    with load_pipeline(source, device="cpu", max_batch=1, **WAYS[way]) as pipe:
+        print(f"   {way}: {pipe.load_report}", flush=True)
+        take = pipe.generate(request)
+        score = pipe.score(take.codes if base_codes is None else base_codes, request, keep=True)
+        return take, score, pipe.info["sample_rate"]
+
+
 def bench_size(size: str, frames: int) -> dict:
     source = str(ensure_random_tts(f"qwen3-tts-{size}"))
     request = SpeechRequest(TEXT, speaker="vivian", language="english", predictor="kv", max_frames=frames)
     takes, scores = {}, {}
     for way in ("bfloat16", "int8", "int4", "float32"):  # bfloat16 first: its take is the one scored
-        with load_pipeline(source, device="cpu", max_batch=1, **WAYS[way]) as pipe:
-            print(f"   {way}: {pipe.load_report}", flush=True)
-            takes[way] = pipe.generate(request)
-            base_codes = takes["bfloat16"].codes
-            scores[way] = pipe.score(base_codes, request, keep=True)
-            rate = pipe.info["sample_rate"]
+        base = takes["bfloat16"].codes if takes else None
+        takes[way], scores[way], rate = run_way(source, way, request, base)
         gc.collect()
     return {other: compare(scores["bfloat16"], scores[other], takes["bfloat16"], takes[other], rate)
             for other in ("int8", "int4", "float32")}
@@ -80,15 +86,19 @@ def main(sizes=("0.6b", "1.7b"), frames: int = 24, json_path: str = "bench_resul
     for size in sizes:
         print(f"-- {size}", flush=True)
         results[size] = bench_size(size, frames)
+        print_table({size: results[size]})
+        write_results(results, json_path)  # each size as it is done
+    return results
+
+
+def print_table(rows: dict) -> None:
     print(f"{'case':<16}{'KL mean':>10}{'KL CB0':>10}{'KL 1-15':>10}{'top-1':>8}{'top-1 CB0':>10}"
-          f"{'greedy =':>10}{'1st diff':>9}{'log-mel dB':>11}")
-    for size in sizes:
-        for other, row in results[size].items():
+          f"{'greedy =':>10}{'1st diff':>9}{'log-mel dB':>11}", flush=True)
+    for size, others in rows.items():
+        for other, row in others.items():
             print(f"{size + ' ' + other:<16}{row['kl_mean']:>10.5f}{row['kl_cb0']:>10.5f}{row['kl_cb1_15']:>10.5f}"
                   f"{row['top1_agreement']:>8.3f}{row['top1_agreement_cb0']:>10.3f}{row['greedy_cells_equal']:>10.3f}"
-                  f"{str(row['greedy_first_differing_frame']):>9}{row['log_mel_distance_db']:>11.2f}")
-    write_results(results, json_path)
-    return results
+                  f"{str(row['greedy_first_differing_frame']):>9}{row['log_mel_distance_db']:>11.2f}", flush=True)
 
 
 if __name__ == "__main__":
@@ -97,5 +107,4 @@ if __name__ == "__main__":
     parser.add_argument("--frames", type=int, default=24)
     parser.add_argument("--json", default="bench_results/int8_fidelity.json")
     args = parser.parse_args()
-    out = main(args.sizes, args.frames, args.json)
-    print_section("int8", {k: v for k, v in out.items() if k != "machine"})
+    main(args.sizes, args.frames, args.json)
