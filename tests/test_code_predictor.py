@@ -46,9 +46,13 @@ def test_kv_cache_grows_by_one_per_step(pipe):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_row_alone_equals_row_in_batch(pipe, threads):
+def test_row_alone_equals_row_in_batch(preset, threads):
     """Every output of every row, floats included, bit for bit; on 2 threads too (ATen's attention splits a
-    query's keys across them by the call's batch: the predictor's attention runs on one thread)."""
+    query's keys across them by the call's batch: the predictor's attention runs on one thread). The default
+    mode's pipeline: batch invariance is its promise (exact mode runs one request at a time on plain kernels)."""
+    from .conftest import our_pipeline
+
+    pipe = our_pipeline(preset)
     cp = pipe.talker.code_predictor
     h, e0 = inputs(pipe, batch=4)
     before = torch.get_num_threads()

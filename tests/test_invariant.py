@@ -99,7 +99,8 @@ def test_a_long_run_of_row_counts_goes_before_a_short_one():
     assert candidates([(1, 1), (2, 15), (16, 32)])[0] == Plan(2, 15)  # Xeon float32
     assert candidates([(1, 1), (2, 2), (3, 32)])[0] == Plan(3, 32)  # Xeon float32, tiny widths
     assert candidates([(1, 1), (2, 3), (4, 32)])[0] == Plan(4, 32)  # EPYC float32: not blocks of 3
-    assert candidates([(1, 32)]) == [Plan(1, 32), SAFE]  # bfloat16
+    # bfloat16: a run from 1 is also tried from 2 (a lone row's kernel may round the other rows otherwise)
+    assert candidates([(1, 32)]) == [Plan(1, 32), Plan(2, 32), SAFE]
     assert candidates([(1, 1), (2, 3), (4, 5), (6, 32)]) == [Plan(6, 32), Plan(2, 3), Plan(4, 5), SAFE]
     assert candidates([(1, 1), (2, 3), (4, 5)]) == [Plan(2, 3), Plan(4, 5), SAFE]  # no long run: as before
 
