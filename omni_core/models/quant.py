@@ -43,8 +43,19 @@ def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return qweight.contiguous(), scale
 
 
-class Int8Linear(nn.Module):
-    """y = x @ (qweight * scale).T + bias, rows in bfloat16 through the int8 kernel, in x's dtype out."""
+class QuantizedLinear(nn.Module):
+    """A Linear whose weight a CPU kernel holds quantized: rows in bfloat16 through `product`, in x's dtype out."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)  # [M, K]
+        out = self.product(rows).to(x.dtype)  # [M, N]
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+class Int8Linear(QuantizedLinear):
+    """y = x @ (qweight * scale).T + bias through the int8 kernel."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
@@ -54,12 +65,8 @@ class Int8Linear(nn.Module):
         self.register_buffer("scale", scale)
         self.bias = linear.bias  # float, as loaded
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)  # [M, K]
-        out = torch.ops.aten._weight_int8pack_mm(rows, self.qweight, self.scale).to(x.dtype)  # [M, N]
-        if self.bias is not None:
-            out = out + self.bias
-        return out.view(*x.shape[:-1], self.out_features)
+    def product(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int8pack_mm(rows, self.qweight, self.scale)
 
     def dequantized(self) -> torch.Tensor:
         """The weight this layer multiplies by, in float32 [N, K] (for tests and error measurements)."""
@@ -82,8 +89,8 @@ def quantize_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return packed, torch.stack([scale, offset], -1).transpose(0, 1).contiguous().to(torch.bfloat16)
 
 
-class Int4Linear(nn.Module):
-    """y = x @ dequantized(weight).T + bias: rows in bfloat16 through the int4 kernel, in x's dtype out."""
+class Int4Linear(QuantizedLinear):
+    """y = x @ dequantized(weight).T + bias through the int4 kernel."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
@@ -93,12 +100,8 @@ class Int4Linear(nn.Module):
         self.register_buffer("scale", scales)  # [K / GROUP, N, 2]: scale, offset
         self.bias = linear.bias
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)  # [M, K]
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.qweight, GROUP, self.scale).to(x.dtype)
-        if self.bias is not None:
-            out = out + self.bias
-        return out.view(*x.shape[:-1], self.out_features)
+    def product(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.qweight, GROUP, self.scale)
 
     def dequantized(self) -> torch.Tensor:
         """The weight this layer multiplies by, in float32 [N, K]: the kernel applied to the identity."""
@@ -132,7 +135,7 @@ def weight_bytes(module: nn.Module) -> int:
     return sum(b.numel() * b.element_size() for b in module.buffers())
 
 
-QUANTIZED = (Int8Linear, Int4Linear)
+QUANTIZED = QuantizedLinear
 
 
 def measured_gain(stack: nn.Module, repeats: int = 3) -> float | None:
