@@ -144,7 +144,7 @@ def _real_predictor(dtype: torch.dtype, device: str):
     from omni_core.loading.checkpoint import copy_state_dict
     from omni_core.models.code_predictor import CodePredictor
     from omni_core.models.config import DecoderConfig
-    from omni_core.models.invariant import plan_linears
+    from omni_core.planner.choose import plan_linears
 
     hf_cfg = Qwen3OmniMoeTalkerCodePredictorConfig(
         vocab_size=2048, hidden_size=1024, intermediate_size=3072, num_hidden_layers=5, num_attention_heads=16,

@@ -21,7 +21,8 @@ import torch
 from benchmarks.bench import (copy_bandwidth, frame_weight_bytes, interleaved, machine, print_section, real_predictor,
                               write_results)
 from omni_core.engine.threads import in_passing_thread
-from omni_core.models.invariant import PLAIN, SAFE, Plan, plan_linears, use_plan
+from omni_core.models.invariant import PLAIN, SAFE, Plan, use_plan
+from omni_core.planner.choose import plan_linears
 
 
 def use(modules, plan: Plan | None, chosen: dict) -> None:
@@ -76,7 +77,7 @@ def bench_real_predictor(repeats: int, dtypes=("float32", "bfloat16"), batches=(
                 "over_floor": {k: v / floor for k, v in t.items()} if B == 1 else {},
                 "floor_ms": 1000 * floor,
             }
-        out[f"{name} plans"] = sorted({f"{k[0]}: {tuple(p)}" for k, p in chosen.items()})
+        out[f"{name} plans"] = sorted({f"{k[0]}: {(p.pad_min, p.chunk, p.kernel.value)}" for k, p in chosen.items()})
     return out
 
 

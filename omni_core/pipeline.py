@@ -22,7 +22,6 @@ from omni_core.engine.threads import in_passing_thread
 from omni_core.events import Done, Result
 from omni_core.fast.predictors import Predictors
 from omni_core.loading.recipe import LoadedModel, load_model
-from omni_core.models.invariant import PLAIN, use_plan
 from omni_core.models.qwen3_tts import voices
 from omni_core.models.qwen3_tts.prompt import PromptBuilder
 from omni_core.pipeline_config import PipelineConfig
@@ -55,13 +54,11 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
                             codec_processes=codec_processes, quantize=quantize)
     # Compiled graphs take the plain weights (inductor packs its own): no oneDNN plans' packed copies.
     loaded = in_passing_thread(config.num_threads, load_model, source, device=config.device, dtype=config.dtype,
-                               revision=config.revision, force=config.force, fast_kernels=not config.compile,
-                               quantize=config.quantize)
+                               revision=config.revision, force=config.force, batch_invariant=config.batch_invariant,
+                               fast_kernels=not config.compile, quantize=config.quantize)
     if config.summary():  # the load report ends with the options that are not the defaults
         loaded = dataclasses.replace(loaded, report=f"{loaded.report} · options: {config.summary()}")
     log.info(loaded.report)
-    if not config.batch_invariant:
-        use_plan(loaded.modules.values(), PLAIN)
     if config.codec_threads is not None and loaded.device.type != "cpu":
         raise ValueError(f"codec_threads runs the codec on CPU threads; this model is on {loaded.device}")
     return Pipeline(loaded, config)

@@ -7,11 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from omni_core.models import invariant
 from omni_core.models import onednn
-from omni_core.models.invariant import (ATEN_ONLY, MIN_RUN, NO_PACKING, ONEDNN, PLAIN, ROWWISE, SAFE, TIMED_BYTES,
-                                        Linear, Plan, candidates, choose, fastest, first_holding, holds, linear,
-                                        runs)
+from omni_core.models.invariant import ONEDNN, PLAIN, ROWWISE, SAFE, Kernel, Linear, Plan, linear
+from omni_core.planner import probe, timing
+from omni_core.planner.choose import ATEN_ONLY, NO_PACKING, TIMED_BYTES, choose
+from omni_core.planner.probe import MIN_RUN, candidates, first_holding, holds, runs
+from omni_core.planner.timing import fastest
 
 from .conftest import our_pipeline
 
@@ -34,7 +35,7 @@ def test_a_row_is_the_same_alone_and_in_any_batch_at_any_position(shape, dtype):
     K, N = shape
     weight, bias, g = weights(K, N, dtype, bias=K == 64)
     plan = choose(weight, bias, {})
-    packed = onednn.pack(weight) if plan.kernel == "onednn" else None
+    packed = onednn.pack(weight) if plan.kernel is Kernel.ONEDNN else None
     x = torch.randn(70, K, generator=g).to(dtype)
     alone = torch.cat([linear(x[i:i + 1], weight, bias, plan, packed) for i in range(len(x))])  # each row alone
     for rows in (2, 3, 4, 5, 8, 14, 15, 16, 17, 31, 32, 33, 47, 70):
@@ -126,7 +127,7 @@ def timed(monkeypatch):
         calls.append(plans)
         return {p: (1.0, 1.0) if p == ONEDNN else (2.0, 2.0) for p in plans}
 
-    monkeypatch.setattr(invariant, "timings", fake_timings)
+    monkeypatch.setattr(timing, "timings", fake_timings)
     return calls
 
 
@@ -135,7 +136,7 @@ def test_a_large_weight_is_timed_against_onednn_only(timed):
     large, _, _ = weights(1024, 3072, torch.float32)  # 12 MB
     onednn_holds = holds(ONEDNN, large)
     assert choose(large, None, {}) == (ONEDNN if onednn_holds else first_holding(large, None))
-    assert all(p.kernel != "serial" and p != ROW for p in sum(timed, []))
+    assert all(p.kernel is not Kernel.SERIAL and p != ROW for p in sum(timed, []))
     assert not timed or (ONEDNN in timed[0]) == onednn_holds
     assert choose(large, None, {}, NO_PACKING) == first_holding(large, None)
 
@@ -143,8 +144,8 @@ def test_a_large_weight_is_timed_against_onednn_only(timed):
 def test_a_large_weight_pads_a_lone_row_into_its_run(monkeypatch):
     """Where a lone row's kernel differs from the run's (first_holding pads it), every dtype takes the run (the
     default since issue 42; `exact=True` gives the official 1-row call's bits), whatever the timings."""
-    monkeypatch.setattr(invariant, "first_holding", lambda weight, bias: Plan(2, 32))
-    monkeypatch.setattr(invariant, "timings", lambda plans, *args, **kwargs: {p: (1.0, 1.0) if p == Plan(2, 32)
+    monkeypatch.setattr(probe, "first_holding", lambda weight, bias: Plan(2, 32))
+    monkeypatch.setattr(timing, "timings", lambda plans, *args, **kwargs: {p: (1.0, 1.0) if p == Plan(2, 32)
                                                                            else (1.0, 8.0) for p in plans})
     for dtype in (torch.bfloat16, torch.float32):
         large, _, _ = weights(1024, 3072, dtype)
@@ -172,11 +173,11 @@ def test_a_small_weight_takes_its_one_thread_plan(timed):
     try:
         torch.set_num_threads(1)
         plan = choose(small, None, {})
-        assert plan.kernel == "serial" and timed == []
+        assert plan.kernel is Kernel.SERIAL and timed == []
         torch.set_num_threads(2)
         choose(small, None, {})
-        assert timed and any(p.kernel == "serial" for p in timed[0]) and any(p.kernel == "aten" for p in timed[0])
-        assert choose(small, None, {}, ATEN_ONLY).kernel == "aten"
+        assert timed and any(p.kernel is Kernel.SERIAL for p in timed[0]) and any(p.kernel is Kernel.ATEN for p in timed[0])
+        assert choose(small, None, {}, ATEN_ONLY).kernel is Kernel.ATEN
     finally:
         torch.set_num_threads(before)
 
@@ -225,7 +226,7 @@ def test_a_row_is_the_same_however_the_batch_lies_in_memory(plan):
     rounded the transposed rows otherwise (found in the Qwen3-TTS codec's input projection, whose
     streams then decoded otherwise together than alone)."""
     weight, bias, g = weights(1024, 512, torch.float32, bias=True)
-    packed = onednn.pack(weight) if plan.kernel == "onednn" else None
+    packed = onednn.pack(weight) if plan.kernel is Kernel.ONEDNN else None
     invariant_here = holds(plan, weight, bias, packed=packed)  # else a batch may round a row otherwise anyway
     for T in (1, 2, 3, 8):
         view = torch.randn(1, 1024, T, generator=g).transpose(1, 2)  # [1, T, C], not contiguous

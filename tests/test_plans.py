@@ -1,4 +1,4 @@
-"""The matmul plans kept per machine (loading/plans.py): a second load probes nothing and gets the
+"""The matmul plans kept per machine (planner/store.py): a second load probes nothing and gets the
 same plans; a damaged file or another machine's key means probing again."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import copy
 import pytest
 import torch
 
-from omni_core.loading import plans
 from omni_core.models import invariant
+from omni_core.planner import choose, probe
+from omni_core.planner import store as plans
 from tests.conftest import our_pipeline
 
 CPU = torch.device("cpu")
@@ -29,15 +30,15 @@ def cache(loaded, tmp_path, monkeypatch):
 
 @pytest.fixture
 def probes(monkeypatch):
-    """How many shapes invariant.choose probed (each probe calls `runs` once)."""
+    """How many shapes choose.choose probed (each probe calls `runs` once)."""
     count = [0]
-    real = invariant.runs
+    real = probe.runs
 
     def counted(*args, **kwargs):
         count[0] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(invariant, "runs", counted)
+    monkeypatch.setattr(probe, "runs", counted)
     return count
 
 
@@ -93,15 +94,47 @@ def test_a_kernel_library_setting_is_another_machine(cache, monkeypatch):
 
 
 def test_names_round_trip():
-    key = ((2048, 1024), torch.bfloat16, "cpu", False, invariant.NO_PACKING)
+    key = ((2048, 1024), torch.bfloat16, "cpu", False, choose.NO_PACKING)
     assert plans._name(key) == "2048x1024 bfloat16 cpu bias=False kernels=aten+serial"
     assert plans._key(plans._name(key)) == key
 
 
 def test_a_onednn_plan_is_kept_and_read_back(cache):
-    key = ((3072, 1024), torch.float32, "cpu", False, invariant.ALL_KERNELS)
+    key = ((3072, 1024), torch.float32, "cpu", False, choose.ALL_KERNELS)
     plans.write(CPU, {key: invariant.ONEDNN})
     assert plans.read(CPU) == {key: invariant.ONEDNN}
+
+
+def test_a_file_in_the_kept_format_reads_back_typed(cache):
+    """The file's text is the one earlier loads wrote (the same rule, so the same file): each line's kernels
+    and plan kernel read back as Kernel members, and are written back to the same text."""
+    text = '{\n"64x192 float32 cpu bias=True kernels=aten+serial+onednn": [\n2,\n15,\n"serial"\n]\n}'
+    plans.path(CPU).parent.mkdir(parents=True)
+    plans.path(CPU).write_text(text)
+    key = ((192, 64), torch.float32, "cpu", True, choose.ALL_KERNELS)
+    want = {((64, 192), torch.float32, "cpu", True, choose.ALL_KERNELS): invariant.Plan(2, 15, invariant.Kernel.SERIAL)}
+    assert plans.read(CPU) == want
+    plans.write(CPU, {})
+    assert plans.path(CPU).read_text() == text
+    plans.write(CPU, {key: invariant.ONEDNN})
+    assert plans.read(CPU) == {**want, key: invariant.ONEDNN}
+
+
+def test_a_plain_load_probes_nothing_and_keeps_nothing(cache, probes):
+    """exact=True and batch_invariant=False run every matmul as PLAIN: nothing is probed at load, nothing
+    is written; a batch-invariant load of the same model into the same (empty) cache does probe."""
+    from omni_core import load_pipeline
+    from omni_core.loading.recipe import load_model
+
+    for options in ({"exact": True}, {"batch_invariant": False}):
+        with load_pipeline("tiny", device="cpu", **options) as pipe:
+            matmuls = [m for root in (pipe.thinker, pipe.talker) for m in root.modules()
+                       if isinstance(m, invariant.Linear) or hasattr(m, "plan_weights")]
+            assert matmuls and all(m.plans == [invariant.PLAIN] * len(m.plan_weights()) if hasattr(m, "plan_weights")
+                                   else m.plan == invariant.PLAIN for m in matmuls)
+    assert probes[0] == 0 and not plans.path(CPU).exists()
+    load_model("tiny", device="cpu")
+    assert probes[0] > 0 and plans.path(CPU).exists()
 
 
 def test_no_onednn_plans_where_their_packed_copies_would_not_fit(monkeypatch):

@@ -16,14 +16,16 @@ import torch
 from torch import nn
 
 from omni_core.codec.code2wav import Code2Wav
-from omni_core.loading import memory, plans, qwen3_tts, random_weights
+from omni_core.loading import memory, qwen3_tts, random_weights
 from omni_core.loading.checkpoint import load_tokenizer, load_weights, materialize, read_config
 from omni_core.loading.hub import is_hub_id, resolve_source
 from omni_core.models import quant
+from omni_core.models.invariant import PLAIN, use_plan
 from omni_core.models.config import CheckpointError, OmniConfig
 from omni_core.models.qwen3_tts.config import TTSConfig
 from omni_core.models.qwen3_omni.talker import Talker
 from omni_core.models.qwen3_omni.thinker import Thinker
+from omni_core.planner import store
 from omni_core.synthetic import presets, tiny, weights
 from omni_core.synthetic import qwen3_tts as synthetic_tts
 
@@ -44,67 +46,101 @@ class LoadedModel:
 
 
 def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str = "auto",
-               revision: str | None = None, force: bool = False, fast_kernels: bool = True,
-               quantize: str | None = None) -> LoadedModel:
+               revision: str | None = None, force: bool = False, batch_invariant: bool = True,
+               fast_kernels: bool = True, quantize: str | None = None) -> LoadedModel:
     """The recipe: read the source → build on meta → check memory → materialize → fill → quantize (quantize="int8":
-    the talker's, predictor's and thinker's large matmuls, models/quant.py) → plan the float matmuls
-    (fast_kernels: plans with kernels besides F.linear allowed: small GEMMs on one thread, oneDNN; models/invariant.py)."""
+    the talker's, predictor's and thinker's large matmuls, models/quant.py) → plan the float matmuls.
+    batch_invariant: each matmul's shape gets its batch-invariant plan, probed once per machine (omni_core/planner/);
+    False: every matmul one plain F.linear (invariant.PLAIN), nothing probed (exact mode).
+    fast_kernels: plans with kernels besides F.linear allowed (small GEMMs on one thread, oneDNN)."""
     start = time.perf_counter()
-    drawn = random_weights.is_random(source)
-    tts = False
-    if drawn:
-        options = random_weights.parse(str(source))
-        tts = options["name"] in synthetic_tts.RANDOM
-        cfg = synthetic_tts.tts_config(options["name"], options["layers"]) if tts else presets.omni_config(options["layers"])
-        tokenizer, path = presets.build_tokenizer(), None
-    else:
-        path = resolve_source(source, revision)
-        start = time.perf_counter()  # load time: after any download
-        tts = qwen3_tts.is_tts(path)
-        if tts:
-            cfg = qwen3_tts.read_config(path)
-            tokenizer = qwen3_tts.load_text_tokenizer(path, from_hub=is_hub_id(str(source)))
-        else:
-            cfg, tokenizer = read_config(path), load_tokenizer(path)
+    src = read_source(source, revision)
+    start = src.started or start  # load time: after any download
     dev = resolve_device(device)
     if quantize is not None and dev.type != "cpu":
         raise CheckpointError(f"quantize={quantize!r} runs on the CPU's int8 kernel; on {dev} load bfloat16 instead")
-    modules = qwen3_tts.build_modules(cfg) if tts else build_modules(cfg)
-
-    def needs_at(dt: torch.dtype) -> memory.MemoryPlan:
-        if drawn:
-            return random_weights.plan(modules, dt)
-        return qwen3_tts.plan(path, cfg, dt) if tts else memory.plan(path, dt)
-
-    dt, needs = choose_dtype(dtype, cfg, dev, needs_at)
+    modules = qwen3_tts.build_modules(src.cfg) if src.tts else build_modules(src.cfg)
+    dt, needs = choose_dtype(dtype, src.cfg, dev, lambda dt: src.needs_at(modules, dt))
     free = memory.check(needs, dev, force)
     for m in modules.values():
         materialize(m, dev, dt).eval().requires_grad_(False)
-    if drawn:
-        weights.fill_random(modules, options["seed"])
-    elif tts:
-        qwen3_tts.load(modules, path, cfg, dev, dt)
-    else:
-        load_weights(modules, path)
+    src.fill(modules, dev, dt)
     saved = quant.quantize_modules([modules[k] for k in ("thinker", "talker") if k in modules], quantize) if quantize else 0
-    # batch-invariant matmuls: the cheapest kernel plan per shape
-    plans.plan_modules(modules.values(), dev, fast_kernels)
+    if batch_invariant:  # the cheapest kernel plan per shape, kept per machine
+        store.plan_modules(modules.values(), dev, fast_kernels)
+    else:
+        use_plan(modules.values(), PLAIN)
     report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)
+    report += report_extras(modules, src, dev, dt, dtype, quantize, saved)
+    synthetic = src.drawn or str(source) in tiny.PRESETS or str(source) in synthetic_tts.TINY_PRESETS
+    return LoadedModel(src.cfg, modules, src.tokenizer, dev, dt, str(source), synthetic, report)
+
+
+@dataclass
+class Source:
+    """What a source supplies before its weights: the config and tokenizer, and how to fill the modules."""
+    cfg: OmniConfig | TTSConfig
+    tokenizer: object
+    tts: bool  # a Qwen3-TTS model (else Qwen3-Omni)
+    path: Path | None = None  # the checkpoint's directory (None: random weights)
+    random: dict | None = None  # random_weights.parse's options for a 'random:' source
+    started: float | None = None  # when loading began after a download (None: no download)
+
+    @property
+    def drawn(self) -> bool:
+        return self.random is not None
+
+    def needs_at(self, modules: dict[str, nn.Module], dt: torch.dtype) -> memory.MemoryPlan:
+        """The memory the weights need at dtype `dt`."""
+        if self.drawn:
+            return random_weights.plan(modules, dt)
+        return qwen3_tts.plan(self.path, self.cfg, dt) if self.tts else memory.plan(self.path, dt)
+
+    def fill(self, modules: dict[str, nn.Module], device: torch.device, dt: torch.dtype) -> None:
+        """Give the materialized modules their weights: drawn, or read from the checkpoint."""
+        if self.drawn:
+            weights.fill_random(modules, self.random["seed"])
+        elif self.tts:
+            qwen3_tts.load(modules, self.path, self.cfg, device, dt)
+        else:
+            load_weights(modules, self.path)
+
+
+def read_source(source: str | Path, revision: str | None) -> Source:
+    """The config and tokenizer of a 'random:' source, a directory or a hub id (downloaded first)."""
+    if random_weights.is_random(source):
+        options = random_weights.parse(str(source))
+        tts = options["name"] in synthetic_tts.RANDOM
+        cfg = synthetic_tts.tts_config(options["name"], options["layers"]) if tts else presets.omni_config(options["layers"])
+        return Source(cfg, presets.build_tokenizer(), tts, random=options)
+    path = resolve_source(source, revision)
+    started = time.perf_counter()
+    if qwen3_tts.is_tts(path):
+        cfg = qwen3_tts.read_config(path)
+        tokenizer = qwen3_tts.load_text_tokenizer(path, from_hub=is_hub_id(str(source)))
+        return Source(cfg, tokenizer, True, path, started=started)
+    return Source(read_config(path), load_tokenizer(path), False, path, started=started)
+
+
+def report_extras(modules: dict[str, nn.Module], src: Source, dev: torch.device, dt: torch.dtype, dtype: str,
+                  quantize: str | None, saved: int) -> str:
+    """The load report's tail: the oneDNN matmuls, the quantized ones (or what int8 would gain here), and why
+    auto chose float32 over the checkpoint's dtype."""
+    report = ""
     packed = sum(getattr(m, "packed", None) is not None for root in modules.values() for m in root.modules())
     if packed:
         report += f" · {packed} float32 matmuls through oneDNN (timed faster here: models/onednn.py)"
     if quantize:
         count = sum(isinstance(m, quant.QUANTIZED) for root in modules.values() for m in root.modules())
         report += f" · {quantize} weights: {count} matmuls, {saved / 1e9:.2f} GB less (the codec and embeddings in {str(dt).removeprefix('torch.')})"
-    elif dev.type == "cpu" and tts and (gain := quant.measured_gain(modules["talker"])):
+    elif dev.type == "cpu" and src.tts and (gain := quant.measured_gain(modules["talker"])):
         size = next(modules["talker"].parameters()).element_size()
         report += (f" · --quantize int8 reads a byte per weight instead of {size} (a one-row matmul here {gain:.1f}x as "
                    "fast; the codec stays as it is)")
-    if dtype == "auto" and dt != DTYPES.get(cfg.torch_dtype, dt):
-        report += (f" (the checkpoint is {cfg.torch_dtype}; this CPU has no fast {cfg.torch_dtype} kernels, so auto "
-                   f"chose float32: --dtype {cfg.torch_dtype} keeps it)")
-    synthetic = drawn or str(source) in tiny.PRESETS or str(source) in synthetic_tts.TINY_PRESETS
-    return LoadedModel(cfg, modules, tokenizer, dev, dt, str(source), synthetic, report)
+    if dtype == "auto" and dt != DTYPES.get(src.cfg.torch_dtype, dt):
+        report += (f" (the checkpoint is {src.cfg.torch_dtype}; this CPU has no fast {src.cfg.torch_dtype} kernels, so auto "
+                   f"chose float32: --dtype {src.cfg.torch_dtype} keeps it)")
+    return report
 
 
 def build_modules(cfg: OmniConfig) -> dict[str, nn.Module]:

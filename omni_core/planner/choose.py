@@ -1,0 +1,95 @@
+"""The plan of each weight shape: the cheapest plan that holds (probe.py), timed against the other
+kernels where speed decides (timing.py).
+
+What each kind of weight ends up with, and why:
+
+  float32, large  the run's plan or ONEDNN, whichever is timed faster (MKL pads a lone row into a
+                  few-row GEMM, which some CPUs make expensive; oneDNN needs no padding)
+  small, CPU      the run's plan, or the same on one thread (Kernel.SERIAL, which holds whatever the
+                  engine's threads), whichever is timed faster: a small GEMM costs its call, not its
+                  arithmetic, and on more threads each call wakes the OpenMP team
+  bfloat16        pad 1 / chunk 32 where 1-32 rows are one kernel; else the run, a lone row padded into it
+                  (where a step reads its weights from memory, rows beside a lone one cost almost nothing)
+  otherwise       SAFE (every row in the 16-32 row kernel) if it holds, or ROWWISE (a 1-output gate)
+
+so every row of any batch gets its solo bits. A lone row's last bits may differ from the 1-row call
+the official implementations make: exact mode runs PLAIN for those. The CPUs measured, and what each
+choice costs there: BENCHMARKS.md, "Batch invariance: which rows share a kernel".
+"""
+
+from __future__ import annotations
+
+import torch
+
+from omni_core.models import onednn
+from omni_core.models.invariant import ONEDNN, ROWWISE, Kernel, Linear, Plan, on_one_thread
+from omni_core.planner import probe, timing
+
+# The kernels a weight's plan may use: compiled graphs read F.linear only (inductor packs its own
+# weights and cannot trace a thread switch); stacked weights (the MoE's experts) and a machine without
+# room for packed copies take no oneDNN.
+ATEN_ONLY = frozenset({Kernel.ATEN})
+NO_PACKING = frozenset({Kernel.ATEN, Kernel.SERIAL})
+ALL_KERNELS = frozenset(Kernel)
+TIMED_BYTES = 4 * 2**20  # weights this large choose their plan by timing: the kernel, not the calls, costs there
+RULE = 9  # the way plans are chosen; a change of it makes every machine choose its plans again (store.py)
+
+Key = tuple  # (shape, dtype, device type, bias?, kernels): what a plan depends on besides the machine
+
+
+def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict[Key, Plan],
+           kernels: frozenset[Kernel] = ALL_KERNELS) -> Plan:
+    """The plan for this weight's shape and dtype, probed once per key (kept in `chosen`)."""
+    key = (tuple(weight.shape), weight.dtype, weight.device.type, bias is not None, kernels)
+    if key not in chosen:
+        chosen[key] = _choose(weight, bias, kernels)
+    return chosen[key]
+
+
+def timed(weight: torch.Tensor) -> bool:
+    """A weight of TIMED_BYTES or more: its plan is chosen by timing against ONEDNN."""
+    return weight.numel() * weight.element_size() >= TIMED_BYTES
+
+
+def _choose(weight: torch.Tensor, bias: torch.Tensor | None, kernels: frozenset[Kernel]) -> Plan:
+    """The first plan that holds; then, where others hold too (a small weight's one-thread plan, a
+    large float32 weight's ONEDNN), the fastest of them."""
+    large = timed(weight)
+    others, packed = [], None
+    if not large and Kernel.SERIAL in kernels and weight.device.type == "cpu":
+        serial = on_one_thread(probe.first_holding, weight, bias)
+        if serial != ROWWISE:
+            serial = serial._replace(kernel=Kernel.SERIAL)
+            others.append(serial)
+        if torch.get_num_threads() == 1:  # the same calls; and a serial plan holds at any thread count
+            return serial
+    plan = probe.first_holding(weight, bias)
+    if plan == ROWWISE:
+        return plan
+    if large:
+        packed = onednn.pack(weight) if Kernel.ONEDNN in kernels and onednn.usable(weight) else None
+        if packed is not None and probe.holds(ONEDNN, weight, bias, packed=packed):
+            others.append(ONEDNN)
+    if not others:
+        return plan
+    plans = [plan, *others]
+    times = timing.timings(plans, weight, bias, packed=packed, evict=large, repeats=7 if large else 21)
+    return timing.fastest(plans, times)
+
+
+def plan_linears(modules, chosen: dict[Key, Plan] | None = None,
+                 kernels: frozenset[Kernel] = ALL_KERNELS) -> dict[Key, Plan]:
+    """Choose the plan of every batch-invariant matmul in `modules` (after their weights are loaded):
+    each Linear, and each module with `plan_weights()` (the MoE router and experts, whose stacked
+    weights are never packed), probing each distinct shape once.
+    kernels: what a plan may use (ATEN_ONLY in compiled graphs; NO_PACKING where no packed copies fit).
+    Returns the table {key: Plan}, `chosen` filled in."""
+    chosen = {} if chosen is None else chosen
+    for root in modules:
+        for module in root.modules():
+            if isinstance(module, Linear):
+                module.set_plan(choose(module.weight, module.bias, chosen, kernels))
+            elif hasattr(module, "plan_weights"):
+                stacked = NO_PACKING if Kernel.SERIAL in kernels else ATEN_ONLY
+                module.plans = [choose(w, None, chosen, stacked) for w in module.plan_weights()]
+    return chosen

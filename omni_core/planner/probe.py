@@ -1,0 +1,71 @@
+"""Which plans hold for a weight on this CPU, found by running its real kernel on random rows.
+
+`runs` groups the row counts 1..PROBE_ROWS by the kernel that computes them; `candidates` turns
+those runs into plans to try, cheapest first; `holds` checks a plan at every row count and two
+offsets, bit for bit against each row's lone call. The answer depends on the shape, the dtype and
+the machine's kernels, never on the weights' values (so it is kept per machine: store.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from omni_core.models import onednn
+from omni_core.models.invariant import ROWWISE, SAFE, Kernel, Plan, linear
+
+PROBE_ROWS = 32  # row counts 1..PROBE_ROWS are mapped and checked
+MIN_RUN = 8  # a plan's run of row counts at least this long, where the CPU has one (`candidates`)
+
+
+def holds(plan: Plan, weight: torch.Tensor, bias: torch.Tensor | None = None, seed: int = 0,
+          packed: torch.Tensor | None = None) -> bool:
+    """Whether every row of every call of 1..PROBE_ROWS rows, at offsets 0 and 3 of random data, equals
+    that row's own 1-row call under `plan`, bit for bit."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    X = torch.randn(PROBE_ROWS + 3, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
+    if plan.kernel is Kernel.ONEDNN and packed is None:
+        packed = onednn.pack(weight)
+    with torch.no_grad():
+        solo = torch.cat([linear(X[r:r + 1], weight, bias, plan, packed) for r in range(X.shape[0])])
+        for M in range(2, PROBE_ROWS + 1):
+            for offset in (0, 3):
+                if not torch.equal(linear(X[offset:offset + M], weight, bias, plan, packed), solo[offset:offset + M]):
+                    return False
+    return True
+
+
+def runs(weight: torch.Tensor, bias: torch.Tensor | None = None, seed: int = 0) -> list[tuple[int, int]]:
+    """Row counts 1..PROBE_ROWS grouped into runs that share a kernel: M joins the run that starts at
+    s when the first s rows of an M-row call equal an s-row call's, bit for bit. [(first, last), ...]"""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    X = torch.randn(PROBE_ROWS, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
+    with torch.no_grad():
+        outs = [F.linear(X[:M], weight, bias) for M in range(1, PROBE_ROWS + 1)]
+    found = [[1, 1]]
+    for M in range(2, PROBE_ROWS + 1):
+        start = found[-1][0]
+        if torch.equal(outs[M - 1][:start], outs[start - 1]):
+            found[-1][1] = M
+        else:
+            found.append([M, M])
+    return [tuple(r) for r in found]
+
+
+def candidates(found: list[tuple[int, int]]) -> list[Plan]:
+    """The plans to try, cheapest first, from the CPU's kernel runs (`runs`): a run at least MIN_RUN
+    counts long, smallest first count first (a lone row pays for that many rows); then shorter runs
+    (more than one count); then SAFE. A short run would cut every batch into many GEMMs, each reading
+    all the weights, to spare a lone row a few rows of padding.
+    A run from 1 row is also tried from 2: `runs` compares a call's first row only, and where a lone
+    row's kernel rounds the other rows otherwise, 2..last rows may still hold, and a lone row padded to
+    2 costs about a 1-row call (the CPUs where that happens: BENCHMARKS.md, "Batch invariance")."""
+    long = [Plan(first, last) for first, last in found if last - first + 1 >= MIN_RUN]
+    long += [Plan(2, last) for first, last in found if first == 1 and last - 1 >= MIN_RUN]
+    short = [Plan(first, last) for first, last in found if 1 < last - first + 1 < MIN_RUN]
+    return sorted(long) + sorted(short) + [SAFE]
+
+
+def first_holding(weight: torch.Tensor, bias: torch.Tensor | None) -> Plan:
+    """The first of `candidates` that passes `holds` on the calling thread's kernels, else ROWWISE."""
+    return next((p for p in candidates(runs(weight, bias)) if holds(p, weight, bias)), ROWWISE)
