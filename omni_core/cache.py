@@ -5,7 +5,7 @@ $XDG_CACHE_HOME/omni_core, else ~/.cache/omni_core. It holds the tiny checkpoint
 the matmul plans and the compiled frames.
 
 Two kinds of entries are only right on the machine that made them: the batch-invariant matmul
-plans (loading/plans.py: which row counts share a GEMM kernel is the CPU's and the BLAS's) and
+plans (planner/store.py: which row counts share a GEMM kernel is the CPU's and the BLAS's) and
 the compiled predictor frames (fast/packages.py: C++ built with -march=native). A cache folder
 shared across machines (a network home, a copied ~/.cache) must never hand one machine's
 entries to another, so both keys hold `machine()`.

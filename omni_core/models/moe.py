@@ -22,7 +22,7 @@ class Router(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(cfg.num_experts, cfg.hidden_size))
         self.top_k, self.norm_topk_prob = cfg.num_experts_per_tok, cfg.norm_topk_prob
-        self.plans = [SAFE]  # chosen at load (invariant.plan_linears)
+        self.plans = [SAFE]  # chosen at load (planner/choose.py)
 
     def plan_weights(self) -> list[torch.Tensor]:
         return [self.weight]
@@ -46,7 +46,7 @@ class Experts(nn.Module):
         E, I, C = cfg.num_experts, cfg.moe_intermediate_size, cfg.hidden_size
         self.gate_up_proj = nn.Parameter(torch.empty(E, 2 * I, C))
         self.down_proj = nn.Parameter(torch.empty(E, C, I))
-        self.plans = [SAFE, SAFE]  # gate_up, down: chosen at load (invariant.plan_linears)
+        self.plans = [SAFE, SAFE]  # gate_up, down: chosen at load (planner/choose.py)
 
     def plan_weights(self) -> list[torch.Tensor]:
         """One expert's weights: every expert has the same shapes."""

@@ -1,24 +1,22 @@
 """float32 matmuls through oneDNN with the weight packed once: batch-invariant rows without padding.
 
 MKL's float32 GEMM, which F.linear calls on a CPU, runs a row through other kernels by the number of
-rows in the call; on some CPUs (this project's AMD EPYC, AVX2) it is also slow for a few rows.
-oneDNN's inner-product primitive with its weight packed once for a 32-row batch
-(`torch.ops.mkldnn._reorder_linear_weight`, what inductor's frozen graphs call) gave every row the same
-bits in every call of 1..128 rows at any position there, at 1 and 2 threads, with a lone row about as
-fast as MKL's 1-row GEMV and 8 rows several times faster than MKL (the figures: BENCHMARKS.md, "Batch
-invariance: which rows share a kernel").
+rows in the call, and on some CPUs is slow for a few rows. oneDNN's inner-product primitive with its
+weight packed once for a BATCH_HINT-row batch (`torch.ops.mkldnn._reorder_linear_weight`, what
+inductor's frozen graphs call) can give every row the same bits in every call without padding a lone
+row, and run a few rows at once much faster (the CPUs measured: BENCHMARKS.md, "Batch invariance").
 
-Whether it holds on a given CPU is still probed like every plan (`invariant.holds`), and it is only
-taken where it is timed faster (`invariant.fastest`). The packed copy lives beside the plain weight
+Whether it holds on a given CPU is still probed like every plan (planner/probe.py), and it is only
+taken where it is timed faster (planner/timing.py). The packed copy lives beside the plain weight
 (exact mode's plain matmuls, compiled graphs and the page's tools read the plain one): one more
-copy of the weights that take it, so it is offered only where memory allows (loading/plans.py).
+copy of the weights that take it, so it is offered only where memory allows (planner/store.py).
 """
 
 from __future__ import annotations
 
 import torch
 
-BATCH_HINT = 32  # the batch the weight is packed for; the rows it was checked to hold for (PROBE_ROWS)
+BATCH_HINT = 32  # the batch the weight is packed for; the rows it is checked to hold for (probe.PROBE_ROWS)
 # Not tried above this: probing packs a passing copy of the weight (as much memory again, for a while), and
 # the weights this large are vocabulary heads (Qwen3-Omni's 152k x 2048, 1.2 GB in float32).
 MAX_BYTES = 256 * 2**20
