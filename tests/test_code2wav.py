@@ -116,7 +116,7 @@ def test_snake_is_hf_bit_for_bit(shape, transposed, dtype):
     """SnakeBeta computes in one buffer, in place: HF's floats exactly, for any layout of its input."""
     from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeSnakeBeta
 
-    from omni_core.codec.code2wav import SnakeBeta
+    from omni_core.codec.backend import SnakeBeta
 
     g = torch.Generator().manual_seed(sum(shape))
     B, C, T = shape

@@ -11,7 +11,7 @@ frozen graphs use) for the input length it meets, the first time it meets it (~0
 last KEEP lengths' copies are kept: a stream's chunks of 1, 2, 4, 8 frames are four lengths (a copy packed
 for another length can be 100x slower). The packed kernel sums in another order than F.conv1d does: the
 audio is within float32 rounding of HF's, not bit for bit. Each stream's row is still its own call
-(`code2wav.row_by_row`), through the copy for its length, so a row decoded beside others gets its solo bits.
+(`backend.row_by_row`), through the copy for its length, so a row decoded beside others gets its solo bits.
 """
 
 from __future__ import annotations

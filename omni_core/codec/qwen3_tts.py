@@ -6,7 +6,7 @@ Decoder, codes [B, 16, T] → 24 kHz audio:
       summed in order, each half's 1×1 `output_proj`; the two halves summed   [B, codebook_dim, T]
     → pre_conv: causal conv k=3                                             [B, latent, T]
     → pre_transformer: input_proj, sliding-window layers, norm, output_proj  [B, T, latent]
-    → Code2Wav's back end (code2wav.py), its transposed convs trimmed on the
+    → Code2Wav's back end (backend.py), its transposed convs trimmed on the
       right only: fully causal, exactly 1920 samples per frame              [B, 1, 1920·T]
 
 Every part is causal, so the decoder streams through the same `CodecState` machinery as
@@ -24,8 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from omni_core.codec.code2wav import (CausalConvNet, Transformer, build_decoder, build_upsample, count_samples,
-                                      row_by_row, synthesize)
+from omni_core.codec.backend import (CausalConvNet, build_decoder, build_upsample, count_samples, row_by_row,
+                                     synthesize)
+from omni_core.codec.code2wav import Transformer
 from omni_core.codec.state import CodecState
 from omni_core.models.layers import Linear
 from omni_core.models.qwen3_tts.config import SplitCodecConfig
@@ -69,7 +70,7 @@ class ResidualQuantizer(nn.Module):
             if keep is not None:
                 v = v * keep[:, i, None, :].to(v.dtype)
             total = v if total is None else total + v
-        return row_by_row(self.output_proj, total)  # a batch of streams: each row as alone (code2wav.row_by_row)
+        return row_by_row(self.output_proj, total)  # a batch of streams: each row as alone (backend.row_by_row)
 
 
 class SplitQuantizer(nn.Module):
