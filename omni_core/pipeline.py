@@ -80,7 +80,7 @@ class Pipeline:
         self.default_speaker = "ethan" if "ethan" in self.config.speakers else (self.speakers or [None])[0]
         self.steps = []  # the thinker's and talker's compiled decode steps (compile=True)
         if self.options.compile:
-            from omni_core.fast.compiled import compile_steps
+            from omni_core.fast.compiled_steps import compile_steps
             self.steps = [compile_steps(stack.model) for stack in (self.thinker, self.talker) if stack is not None]
         self.predictors = Predictors(self.talker.code_predictor, self.device, compiled=self.options.compile)
         tts = self.family == "qwen3_tts"
