@@ -182,7 +182,7 @@ def test_without_the_key_every_v1_call_is_a_401_and_the_page_stays_open(server):
 
 
 def test_too_large_a_body_or_input_is_a_413(server, client):
-    from app.api import MAX_BODY_BYTES, MAX_INPUT_CHARS
+    from app.api_request import MAX_BODY_BYTES, MAX_INPUT_CHARS
 
     answer = post(server, b'{"input": "' + b"a" * MAX_BODY_BYTES + b'"}')
     assert answer.status_code == 413 and "limit" in answer.json()["error"]["message"]
