@@ -4,6 +4,9 @@ recipe builds the modules on the meta device, checks memory, gives them storage 
     directory / hub id / 'tiny'   config.json + tokenizer files + safetensors shards
                                   (Qwen3-TTS: + speech_tokenizer/, loading/qwen3_tts.py)
     'random:<name>'               a preset config, a built tokenizer, seeded random weights
+
+The source's family (families/registry.py) is asked once; its part of the recipe (loading/qwen3_omni.py,
+loading/qwen3_tts.py: the same functions) reads the config and tokenizer, builds and fills the modules.
 """
 
 from __future__ import annotations
@@ -15,16 +18,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from omni_core.codec.code2wav import Code2Wav
-from omni_core.loading import memory, plans, qwen3_tts, random_weights
-from omni_core.loading.checkpoint import load_tokenizer, load_weights, materialize, read_config
+from omni_core.families import registry
+from omni_core.loading import memory, plans, random_weights
+from omni_core.loading.checkpoint import materialize
 from omni_core.loading.hub import is_hub_id, resolve_source
 from omni_core.models import quant
 from omni_core.models.config import CheckpointError, OmniConfig
 from omni_core.models.qwen3_tts.config import TTSConfig
-from omni_core.models.qwen3_omni.talker import Talker
-from omni_core.models.qwen3_omni.thinker import Thinker
-from omni_core.synthetic import presets, tiny, weights
+from omni_core.synthetic import tiny, weights
 from omni_core.synthetic import qwen3_tts as synthetic_tts
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -51,30 +52,22 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
     (fast_kernels: plans with kernels besides F.linear allowed: small GEMMs on one thread, oneDNN; models/invariant.py)."""
     start = time.perf_counter()
     drawn = random_weights.is_random(source)
-    tts = False
     if drawn:
         options = random_weights.parse(str(source))
-        tts = options["name"] in synthetic_tts.RANDOM
-        cfg = synthetic_tts.tts_config(options["name"], options["layers"]) if tts else presets.omni_config(options["layers"])
-        tokenizer, path = presets.build_tokenizer(), None
+        family = registry.of_random(options["name"]).loading  # the family's part of the recipe, asked once
+        cfg, tokenizer, path = family.random_config(options["name"], options["layers"]), family.random_tokenizer(), None
     else:
         path = resolve_source(source, revision)
         start = time.perf_counter()  # load time: after any download
-        tts = qwen3_tts.is_tts(path)
-        if tts:
-            cfg = qwen3_tts.read_config(path)
-            tokenizer = qwen3_tts.load_text_tokenizer(path, from_hub=is_hub_id(str(source)))
-        else:
-            cfg, tokenizer = read_config(path), load_tokenizer(path)
+        family = registry.of_checkpoint(path).loading
+        cfg, tokenizer = family.read_config(path), family.load_text_tokenizer(path, from_hub=is_hub_id(str(source)))
     dev = resolve_device(device)
     if quantize is not None and dev.type != "cpu":
         raise CheckpointError(f"quantize={quantize!r} runs on the CPU's int8 kernel; on {dev} load bfloat16 instead")
-    modules = qwen3_tts.build_modules(cfg) if tts else build_modules(cfg)
+    modules = family.build_modules(cfg)
 
     def needs_at(dt: torch.dtype) -> memory.MemoryPlan:
-        if drawn:
-            return random_weights.plan(modules, dt)
-        return qwen3_tts.plan(path, cfg, dt) if tts else memory.plan(path, dt)
+        return random_weights.plan(modules, dt) if drawn else family.plan(path, cfg, dt)
 
     dt, needs = choose_dtype(dtype, cfg, dev, needs_at)
     free = memory.check(needs, dev, force)
@@ -82,10 +75,8 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
         materialize(m, dev, dt).eval().requires_grad_(False)
     if drawn:
         weights.fill_random(modules, options["seed"])
-    elif tts:
-        qwen3_tts.load(modules, path, cfg, dev, dt)
     else:
-        load_weights(modules, path)
+        family.load(modules, path, cfg, dev, dt)
     saved = quant.quantize_modules([modules[k] for k in ("thinker", "talker") if k in modules], quantize) if quantize else 0
     # batch-invariant matmuls: the cheapest kernel plan per shape
     plans.plan_modules(modules.values(), dev, fast_kernels)
@@ -96,7 +87,7 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
     if quantize:
         count = sum(isinstance(m, quant.QUANTIZED) for root in modules.values() for m in root.modules())
         report += f" · {quantize} weights: {count} matmuls, {saved / 1e9:.2f} GB less (the codec and embeddings in {str(dt).removeprefix('torch.')})"
-    elif dev.type == "cpu" and tts and (gain := quant.measured_gain(modules["talker"])):
+    elif dev.type == "cpu" and family.SUGGESTS_INT8 and (gain := quant.measured_gain(modules["talker"])):
         size = next(modules["talker"].parameters()).element_size()
         report += (f" · --quantize int8 reads a byte per weight instead of {size} (a one-row matmul here {gain:.1f}x as "
                    "fast; the codec stays as it is)")
@@ -105,12 +96,6 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
                    f"chose float32: --dtype {cfg.torch_dtype} keeps it)")
     synthetic = drawn or str(source) in tiny.PRESETS or str(source) in synthetic_tts.TINY_PRESETS
     return LoadedModel(cfg, modules, tokenizer, dev, dt, str(source), synthetic, report)
-
-
-def build_modules(cfg: OmniConfig) -> dict[str, nn.Module]:
-    """The speech path's modules on the meta device (no storage yet)."""
-    with torch.device("meta"):
-        return {"thinker": Thinker(cfg.thinker), "talker": Talker(cfg), "code2wav": Code2Wav(cfg.codec)}
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
