@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import torch
 
-from omni_core.codec.streaming import StreamingDecoder
+from omni_core.engine.codec_stream import Codec, CodecStream, LocalCodec
 from omni_core.engine.sequence import Sequence
 from omni_core.engine.speech_model import SpeechModel
 from omni_core.events import TextDelta
@@ -49,7 +49,8 @@ class Runner:
     def __init__(self, model: SpeechModel):
         self.model = model
         self.prefill_chunk = PREFILL_CHUNK
-        self.codec_pool = None  # CodecPool: the codec streams decode in its processes (engine/codec_pool.py)
+        # Where the codec streams decode: in the engine's thread, or a CodecPool's processes (engine/codec_pool.py)
+        self.codec: Codec = LocalCodec(model.code2wav)
 
     # ---- one request ----------------------------------------------------------------------------
 
@@ -69,15 +70,10 @@ class Runner:
             self.take_token(seq, m.thinker(piece, seq.thinker_cache)[:, -1])
         return piece.shape[1]
 
-    def new_stream(self, prefix: torch.Tensor | None = None):
-        """A request's codec stream, in a codec process when the engine has them (a RemoteStream).
-        prefix [Q, n]: codes decoded first whose audio is not wanted (a clone's reference codes)."""
-        if self.codec_pool is not None:
-            return self.codec_pool.open(None, None if prefix is None else prefix.cpu().numpy())
-        stream = StreamingDecoder(self.model.code2wav)
-        if prefix is not None:
-            stream.push(prefix[None])
-        return stream
+    def new_stream(self, prefix: torch.Tensor | None = None) -> CodecStream:
+        """A request's codec stream, where the engine's codec decodes (engine/codec_stream.py: in its thread, or
+        in a codec process). prefix [Q, n]: codes decoded first whose audio is not wanted (a clone's reference)."""
+        return self.codec.open(prefix)
 
     def take_token(self, seq: Sequence, logits: torch.Tensor) -> None:
         """logits [1, V] → the reply's next token (HF: the thinker never feeds back its last)."""
