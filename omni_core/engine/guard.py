@@ -52,6 +52,11 @@ class Guard:
         ok = [s for s in seqs if not s.finished]
         return ok, [alone[s][0] for s in ok]
 
+    def new_step(self, seqs: list[Sequence]) -> None:
+        """A step begins: its own seconds (Frame.talker_ms, ...) count from zero."""
+        for seq in seqs:
+            seq.step_spent = dict.fromkeys(seq.step_spent, 0.0)
+
     def charge(self, stage: str, seqs: list[Sequence], since: float) -> None:
         """Every request in a batched call waited for all of it: each is charged the whole time."""
         seconds = time.perf_counter() - since

@@ -56,8 +56,7 @@ class Step:
         return self.runner.model
 
     def run(self) -> None:
-        for seq in self.scheduler.running:
-            seq.step_spent = dict.fromkeys(seq.step_spent, 0.0)
+        self.guard.new_step(self.scheduler.running)
         # A step's audio may still decode while the next step runs, no longer: pushes from steps before it wait
         self.codec_mark = self.runner.codec.mark()
         self.schedule()
