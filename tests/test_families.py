@@ -50,7 +50,7 @@ class Opened:
 def test_a_source_s_family_is_found_once_from_its_config_or_its_name(tmp_path):
     assert registry.of_checkpoint(ensure_tiny("tiny")) is Qwen3Omni
     assert registry.of_checkpoint(ensure_tiny_tts()) is Qwen3TTS
-    assert registry.of_checkpoint(tmp_path) is Qwen3Omni  # no config.json: read as Qwen3-Omni, whose checks say what is missing
+    assert registry.of_checkpoint(tmp_path) is Qwen3Omni  # no config.json: Qwen3-Omni's checks say what is missing
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_tts"}))
     assert registry.of_checkpoint(tmp_path) is Qwen3TTS
     assert registry.of_model_type("qwen3_omni_moe") is Qwen3Omni and registry.of_model_type("llama") is None
@@ -84,7 +84,8 @@ def test_omni_abilities_and_default_speaker(omni):
 def test_tts_abilities_and_default_speaker(tts):
     can = tts.family.abilities()
     assert can["family"] == "qwen3_tts" and not can["chat"] and not can["strip_text"]
-    assert can["title"] == "Qwen3-TTS custom_voice" and can["repetition_penalty"] == tts.config.generation["repetition_penalty"]
+    assert can["title"] == "Qwen3-TTS custom_voice"
+    assert can["repetition_penalty"] == tts.config.generation["repetition_penalty"]
     assert tts.family.default_speaker == "dylan"  # the first speaker by name (the package names none)
     clean, _ = SpeechRequest("  Spaces stay. ").checked(can["speakers"], can)
     assert clean.text == "  Spaces stay. "  # tokenized as given, as the package does

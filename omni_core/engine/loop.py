@@ -22,6 +22,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future, wait
+from functools import partial
 
 import torch
 
@@ -101,7 +102,7 @@ class Engine:
         if self.codec_threads:
             try:
                 self.runner.codec = CodecPool(self.model.code2wav, self.codec_threads, self.codec_processes,
-                                              wake=lambda: self.inbox.put(CODEC))
+                                              wake=partial(self.inbox.put, CODEC))
             except (OSError, RuntimeError) as exc:  # no room in shared memory, no processes allowed
                 log.warning("the audio is decoded in the engine's thread: %s", exc)
                 self.codec_threads = None

@@ -78,7 +78,8 @@ def decode(seqs: list[Sequence], model: SpeechModel, last: bool = False) -> list
     chunks = [np.stack(s.pending, axis=1) if s.pending else np.zeros((G, 0), np.int64) for s in seqs]  # [G, n]
     firsts = [len(s.codes) - len(s.pending) for s in seqs]  # each chunk's first frame
     streams = [s.decoder for s in seqs]
-    streams[0].decode(streams, chunks, last, lambda results, seconds: _back(seqs, firsts, results, seconds, last, model))
+    streams[0].decode(streams, chunks, last,
+                      lambda results, seconds: _back(seqs, firsts, results, seconds, last, model))
     for seq in seqs:
         seq.pending = []
         seq.chunks_sent += 1
