@@ -165,3 +165,20 @@ def test_no_family_check_outside_the_family_adapters():
     assert found == set()
     assert family_own(ROOT / "omni_core/models/qwen3_tts/config.py")
     assert not family_own(ROOT / "omni_core/engine/runner.py")
+
+
+STREAM_KINDS = {"StreamingDecoder", "LocalStream", "RemoteStream", "LocalCodec", "CodecPool", "CodecProcess"}
+
+
+def stream_kind_checks(tree: ast.AST) -> list[str]:
+    """Where code asks which kind of codec stream (or codec) it holds: an isinstance with one of their classes."""
+    return [f"{node.lineno}: {ast.unparse(node)}" for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "isinstance" and len(node.args) == 2
+            and set(ast.unparse(node.args[1]).strip("()").replace(" ", "").split(",")) & STREAM_KINDS]
+
+
+def test_no_codec_stream_kind_check_outside_the_codec_stream_interface():
+    assert stream_kind_checks(ast.parse("ok = isinstance(d, (int, RemoteStream))")) != []
+    found = {f"{p.relative_to(ROOT)}:{where}" for p in sources("omni_core")
+             for where in stream_kind_checks(ast.parse(p.read_text()))}
+    assert found == set()
