@@ -30,7 +30,7 @@ WAYS.update({f"{w} nice 0": WAYS[w] for w in ("process t1+1", "processes t1+1x2"
 
 def at_the_engines_priority(pipe) -> None:
     """A "nice 0" way: its codec processes back at the engine's priority (they start at codec_process.NICE)."""
-    for member in pipe.engine.runner.codec_pool.members:
+    for member in pipe.engine.runner.codec.members:
         os.setpriority(os.PRIO_PROCESS, member._process.pid, 0)
 
 

@@ -20,12 +20,11 @@ from omni_core.engine import Engine, Sequence, SpeechModel, Stream
 from omni_core.engine.scheduler import MAX_UNREAD, STALL_S
 from omni_core.engine.threads import in_passing_thread
 from omni_core.events import Done, Result
+from omni_core.families import registry
 from omni_core.fast.predictors import Predictors
 from omni_core.loading.recipe import LoadedModel, load_model
-from omni_core.models.qwen3_tts import voices
-from omni_core.models.qwen3_tts.prompt import PromptBuilder
 from omni_core.pipeline_config import PipelineConfig
-from omni_core.request import OMNI_ABILITIES, RequestError, SpeechRequest
+from omni_core.request import RequestError, SpeechRequest
 
 log = logging.getLogger(__name__)
 
@@ -70,24 +69,20 @@ class Pipeline:
     def __init__(self, loaded: LoadedModel, options: PipelineConfig | None = None):
         self.options = options or PipelineConfig()  # load_pipeline's options, checked
         self.config, self.tokenizer = loaded.config, loaded.tokenizer
-        self.family = self.config.family  # "qwen3_omni" | "qwen3_tts"
         self.thinker = loaded.modules.get("thinker")  # None for Qwen3-TTS
         self.talker, self.code2wav = loaded.modules["talker"], loaded.modules["code2wav"]
         self.speaker_encoder = loaded.modules.get("speaker_encoder")
         self.device, self.dtype = loaded.device, loaded.dtype
         self.source, self.random_weights, self.load_report = loaded.source, loaded.random_weights, loaded.report
         self.speakers = sorted(self.config.speakers)
-        self.default_speaker = "ethan" if "ethan" in self.config.speakers else (self.speakers or [None])[0]
         self.steps = []  # the thinker's and talker's compiled decode steps (compile=True)
         if self.options.compile:
             from omni_core.fast.compiled_steps import compile_steps
             self.steps = [compile_steps(stack.model) for stack in (self.thinker, self.talker) if stack is not None]
         self.predictors = Predictors(self.talker.code_predictor, self.device, compiled=self.options.compile)
-        tts = self.family == "qwen3_tts"
+        family = registry.of_config(self.config)(self.config, loaded.modules, self.tokenizer, self.device)
         self.model = SpeechModel(self.config, self.thinker, self.talker, self.code2wav, self.tokenizer,
-                                 self.device, self.dtype, self.predictors, self._suppress_mask(), self.default_speaker,
-                                 prompts=PromptBuilder(self.config, self.talker, self.tokenizer) if tts else None,
-                                 speaker_encoder=self.speaker_encoder, min_new_tokens=2 if tts else 0)
+                                 self.device, self.dtype, self.predictors, family)
         o = self.options
         self.engine = Engine(self.model, o.max_batch, o.num_threads, codec_threads=o.codec_threads,
                              codec_processes=o.codec_processes, time_budget_s=o.time_budget_s,
@@ -110,12 +105,15 @@ class Pipeline:
         )
 
     @property
+    def default_speaker(self) -> str | None:
+        """The speaker of a request that names none (the family's: families/)."""
+        return self.model.default_speaker
+
+    @property
     def abilities(self) -> dict:
         """What a request may ask of this model: family, kind, speakers, languages, instruct, clone, chat,
-        text_input (and its default), repetition_penalty (the default)."""
-        if self.family == "qwen3_tts":
-            return {**voices.abilities(self.config), "repetition_penalty": self.config.generation["repetition_penalty"]}
-        return {**OMNI_ABILITIES, "speakers": list(self.speakers)}
+        text_input (and its default), repetition_penalty (the default); the family says (families/)."""
+        return self.model.family.abilities()
 
     @property
     def time_budget_s(self) -> float | None:
@@ -193,14 +191,6 @@ class Pipeline:
     def speaker_id(self, speaker: str | None) -> int:
         return self.model.speaker_id(speaker)
 
-    def _suppress_mask(self) -> torch.Tensor:
-        """HF suppresses the talker's last 1024 ids (special codec ids) except codec EOS."""
-        vocab = self.config.talker.vocab_size
-        mask = torch.zeros(vocab, dtype=torch.bool, device=self.device)
-        mask[vocab - 1024:] = True
-        mask[self.config.codec_ids["codec_eos_token_id"]] = False
-        return mask
-
     def warm_up(self, report=None) -> None:
         """Run one short request per decode path, and compile or load (compile=True) or capture (CUDA)
         the predictor for every batch bucket up to max_batch, so that this happens now and not in a
@@ -210,7 +200,7 @@ class Pipeline:
         self.engine.call(torch.no_grad()(self.predictors.warm_up), self.engine.max_batch, report)
         for stack_steps in self.steps:  # the thinker's and talker's decode step, per bucket of rows
             self.engine.call(stack_steps.warm_up, self.engine.max_batch, report)
-        mode = "chat" if self.family == "qwen3_omni" else "speak"
+        mode = "chat" if self.abilities["chat"] else "speak"
         extra = {}
         if self.abilities["clone"]:  # a second of a tone: the clone path's encoders warm up too
             tone = 0.3 * np.sin(np.arange(SAMPLE_RATE) * 2 * np.pi * 220 / SAMPLE_RATE)

@@ -53,8 +53,8 @@ class SpeechRequest:
         if abilities is None:
             can.update(default_text_input=None, repetition_penalty=None)
         warnings: list[str] = []
-        # Qwen3-TTS: the text is tokenized as given (its spaces are tokens), as the package does.
-        text = _clean_text(self.text, warnings, strip=can["family"] == "qwen3_omni")
+        # strip_text False (Qwen3-TTS): the text is tokenized as given (its spaces are tokens), as the package does.
+        text = _clean_text(self.text, warnings, strip=can["strip_text"])
         mode = _choice("mode", self.mode, MODES)
         if mode == "chat" and not can["chat"]:
             raise RequestError("chat mode needs a thinker to write a reply; this model speaks the text it is "
@@ -79,14 +79,11 @@ class SpeechRequest:
         return clean, warnings
 
 
-# What a Qwen3-Omni model can do (Pipeline.info lists a model's own).
-OMNI_ABILITIES = dict(family="qwen3_omni", kind="qwen3_omni", speakers=[], languages=[], instruct=False,
-                      clone=False, chat=True, text_input=["streaming"], default_text_input="streaming",
-                      repetition_penalty=1.05)
-
-
-def _what(can: dict) -> str:
-    return "Qwen3-Omni" if can["family"] == "qwen3_omni" else f"Qwen3-TTS {can['kind']}"
+# What a Qwen3-Omni model can do (Pipeline.info lists a model's own: families/). title: the model as the
+# messages name it; strip_text: whether the text's outer spaces go before tokenizing.
+OMNI_ABILITIES = dict(family="qwen3_omni", kind="qwen3_omni", title="Qwen3-Omni", speakers=[], languages=[],
+                      instruct=False, clone=False, chat=True, text_input=["streaming"], default_text_input="streaming",
+                      repetition_penalty=1.05, strip_text=True)
 
 
 def _speaker(value, can: dict) -> str | None:
@@ -96,7 +93,7 @@ def _speaker(value, can: dict) -> str | None:
     if not can["speakers"]:
         also = " (it clones the voice of reference_audio)" if can["clone"] else \
             " (describe the voice with instruct)" if can["instruct"] else ""
-        raise RequestError(f"this {_what(can)} model has no named speakers{also}: leave speaker out")
+        raise RequestError(f"this {can['title']} model has no named speakers{also}: leave speaker out")
     if speaker not in can["speakers"]:
         raise RequestError(f"unknown speaker {value!r}: choose one of {', '.join(can['speakers'])}")
     return speaker
@@ -106,7 +103,7 @@ def _language(value, can: dict) -> str | None:
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if not can["languages"]:
-        raise RequestError(f"a {_what(can)} model has no language choice (it speaks the language of the "
+        raise RequestError(f"a {can['title']} model has no language choice (it speaks the language of the "
                            "text): leave language out")
     if not isinstance(value, str) or value.strip().lower() not in can["languages"]:
         raise RequestError(f"unknown language {value!r}: choose one of {', '.join(can['languages'])}")
@@ -123,7 +120,7 @@ def _instruct(value, can: dict) -> str | None:
         return None
     if not can["instruct"]:
         why = " (the 0.6B CustomVoice models take none)" if can["kind"] == "custom_voice" else ""
-        raise RequestError(f"this {_what(can)} model takes no instruction{why}: leave instruct out")
+        raise RequestError(f"this {can['title']} model takes no instruction{why}: leave instruct out")
     if len(value) > MAX_TEXT_CHARS:
         raise RequestError(f"instruct is {len(value)} characters; the limit is {MAX_TEXT_CHARS}")
     return value  # as given: the package tokenizes it so
@@ -147,7 +144,7 @@ def _reference(req: "SpeechRequest", can: dict) -> dict:
         return {}
     if not can["clone"]:
         raise RequestError(f"reference_audio clones a voice, which only a Qwen3-TTS Base model does; this is a "
-                           f"{_what(can)} model" + (": choose a speaker" if can["speakers"] else ""))
+                           f"{can['title']} model" + (": choose a speaker" if can["speakers"] else ""))
     samples = clean_audio(req.reference_audio, "reference_audio", min_samples=SAMPLE_RATE // 2)
     text = req.reference_text
     if text is not None:

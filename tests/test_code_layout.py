@@ -1,5 +1,6 @@
 """The code's shape (STYLE.md): no import cycle among omni_core's modules, no module over 300 lines
-and no function over 60 in omni_core/ and app/. The allow-lists name what is still over, to split:
+and no function over 60 in omni_core/ and app/; no code outside the family adapters (omni_core/families/)
+asks which family it runs. The allow-lists name what is still over, to split:
 they may only shrink (a name listed that is no longer over fails too)."""
 
 from __future__ import annotations
@@ -109,3 +110,70 @@ def functions(tree: ast.AST, prefix: str = ""):
             yield from functions(node, f"{prefix}{node.name}.")
         elif isinstance(node, ast.ClassDef):
             yield from functions(node, f"{prefix}{node.name}.")
+
+
+# ---- one place per decision: the family adapters -------------------------------------------------------
+
+FAMILY_NAMES = {"qwen3_omni", "qwen3_tts"}
+
+
+def family_checks(tree: ast.AST) -> list[str]:
+    """Where code asks which family it runs: a comparison with a family's name or with a `family` field, a
+    `prompts is not None` (a Qwen3-TTS prompt builder), an `isinstance(step, int)` (a Qwen3-Omni text step)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            named = [ast.unparse(side) for side in sides]
+            if any(isinstance(c, ast.Constant) and c.value in FAMILY_NAMES for side in sides for c in ast.walk(side)) \
+                    or any(n.endswith((".family", "['family']", '["family"]')) for n in named) \
+                    or any(n.endswith("prompts") for n in named):
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) == "isinstance" and len(node.args) == 2 \
+                and "step" in ast.unparse(node.args[0]) and ast.unparse(node.args[1]) == "int":
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_family_check_finds_each_kind_of_check():
+    code = """
+if m.prompts is not None: pass
+if cfg.family == "x": pass
+tts = can["family"] == "y"
+if name in ("qwen3_tts",): pass
+reading = [s for s in steps if isinstance(step, int)]
+ok = isinstance(value, int) and value == "qwen3"
+"""
+    assert [line.split(":")[0] for line in family_checks(ast.parse(code))] == ["2", "3", "4", "5", "6"]
+
+
+def family_own(path: Path) -> bool:
+    """The adapters, and a family's own code (its models, its part of the load recipe, its synthetic
+    checkpoints), which may check what it reads is its own."""
+    parts = path.relative_to(ROOT / "omni_core").parts
+    return parts[0] == "families" or any(part.removesuffix(".py") in FAMILY_NAMES for part in parts[:2])
+
+
+def test_no_family_check_outside_the_family_adapters():
+    found = {f"{p.relative_to(ROOT)}:{where}" for p in sources("omni_core") if not family_own(p)
+             for where in family_checks(ast.parse(p.read_text()))}
+    assert found == set()
+    assert family_own(ROOT / "omni_core/models/qwen3_tts/config.py")
+    assert not family_own(ROOT / "omni_core/engine/runner.py")
+
+
+STREAM_KINDS = {"StreamingDecoder", "LocalStream", "RemoteStream", "LocalCodec", "CodecPool", "CodecProcess"}
+
+
+def stream_kind_checks(tree: ast.AST) -> list[str]:
+    """Where code asks which kind of codec stream (or codec) it holds: an isinstance with one of their classes."""
+    return [f"{node.lineno}: {ast.unparse(node)}" for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "isinstance" and len(node.args) == 2
+            and set(ast.unparse(node.args[1]).strip("()").replace(" ", "").split(",")) & STREAM_KINDS]
+
+
+def test_no_codec_stream_kind_check_outside_the_codec_stream_interface():
+    assert stream_kind_checks(ast.parse("ok = isinstance(d, (int, RemoteStream))")) != []
+    found = {f"{p.relative_to(ROOT)}:{where}" for p in sources("omni_core")
+             for where in stream_kind_checks(ast.parse(p.read_text()))}
+    assert found == set()

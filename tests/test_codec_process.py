@@ -17,6 +17,8 @@ import torch
 from omni_core import AudioChunk, Done, Frame, SpeechRequest, load_pipeline
 from omni_core.engine import codec_pool, codec_process, output
 from omni_core.engine.codec_pool import CodecPool
+from omni_core.engine.codec_stream import LocalCodec
+from omni_core.engine.loop import CODEC
 from omni_core.engine.codec_process import CodecProcess, CodecProcessError
 from omni_core.engine.sequence import Sequence
 
@@ -44,7 +46,7 @@ def test_streams_spread_over_two_processes_get_the_audio_the_engines_thread_deco
     """Two codec processes: the streams alternate between them, a step's groups are cut by process, and
     every request's audio is still its solo decode's, bit for bit."""
     with load_pipeline("tiny", device="cpu", codec_processes=2) as pipe:
-        pool = pipe.engine.runner.codec_pool
+        pool = pipe.engine.runner.codec
         assert len(pool.members) == 2 and pipe.engine.codec_threads == 1
         solo = [our_pipeline("tiny").generate(r) for r in MIX[:5]]
         for got, want in zip(staggered(pipe, MIX[:5]), solo):
@@ -57,7 +59,7 @@ def test_a_codec_process_that_dies_fails_its_own_streams_alone():
     other process, gets all its audio (its solo decode's); the next request opens in a new process."""
     requests = [SpeechRequest("Cut short.", max_frames=200), SpeechRequest("Goes on.", max_frames=30, seed=1)]
     with load_pipeline("tiny", device="cpu", codec_processes=2) as pipe:
-        pool = pipe.engine.runner.codec_pool
+        pool = pipe.engine.runner.codec
         doomed, going = pipe.stream_together(requests)  # opened in members 0 and 1
         for event in doomed:
             if isinstance(event, AudioChunk):
@@ -77,7 +79,7 @@ def test_when_no_new_codec_process_can_start_the_streams_open_in_the_one_left(mo
     """A codec process died and no other can start (here: the system refuses new processes): later requests
     decode in the process still alive (the same audio), not fail."""
     with load_pipeline("tiny", device="cpu", codec_processes=2) as pipe:
-        pool = pipe.engine.runner.codec_pool
+        pool = pipe.engine.runner.codec
         dead, alive = pool.members
         dead.close()
 
@@ -136,9 +138,9 @@ def test_the_engine_waits_for_a_slow_codec_one_step_behind():
     than the step, the engine never has more than that step's chunk and a finished row's last one out."""
     with load_pipeline("tiny", device="cpu", codec_threads=1) as pipe:
         runner = pipe.engine.runner
-        runner.codec_pool.close()
-        runner.codec_pool = CodecPool(SlowCodec(pipe.code2wav), threads=1)
-        process = runner.codec_pool.members[0]
+        runner.codec.close()
+        runner.codec = CodecPool(SlowCodec(pipe.code2wav), threads=1, wake=lambda: pipe.engine.inbox.put(CODEC))
+        process = runner.codec.members[0]
         out, real = [], process.push
 
         def push(items, callback):
@@ -196,7 +198,7 @@ def test_a_codec_process_that_dies_fails_its_requests_and_a_new_one_serves_the_n
     for event in stream:
         if isinstance(event, AudioChunk):
             break
-    process = split.engine.runner.codec_pool.members[0]
+    process = split.engine.runner.codec.members[0]
     os.kill(process._process.pid, signal.SIGKILL)
     with pytest.raises(CodecProcessError, match="the codec process (ended|is gone)"):
         for _ in stream:
@@ -206,7 +208,7 @@ def test_a_codec_process_that_dies_fails_its_requests_and_a_new_one_serves_the_n
         time.sleep(0.05)
     request = SpeechRequest("After the crash.", max_frames=9)
     assert_same(split.generate(request), our_pipeline("tiny").generate(request))
-    assert split.engine.runner.codec_pool.members[0] is not process
+    assert split.engine.runner.codec.members[0] is not process
 
 
 def test_a_hung_codec_process_is_ended_and_its_request_fails(monkeypatch):
@@ -214,7 +216,7 @@ def test_a_hung_codec_process_is_ended_and_its_request_fails(monkeypatch):
     reason and the next one gets a new process."""
     monkeypatch.setattr(codec_process, "STALL_S", 1.0)
     with load_pipeline("tiny", device="cpu", codec_threads=1) as pipe:
-        pool = pipe.engine.runner.codec_pool
+        pool = pipe.engine.runner.codec
         pool.members[0].close()
         hung = pool.members[0] = CodecProcess(SlowCodec(pipe.code2wav, delay=3600), threads=1)  # replaced by the codec
         with pytest.raises(CodecProcessError, match="ended"):
@@ -228,7 +230,7 @@ def test_a_hung_codec_process_is_ended_and_its_request_fails(monkeypatch):
 def test_closing_the_pipeline_ends_its_codec_process():
     pipe = load_pipeline("tiny", device="cpu", codec_threads=1)
     pipe.generate(SpeechRequest("Short.", max_frames=3))
-    process = pipe.engine.runner.codec_pool.members[0]._process
+    process = pipe.engine.runner.codec.members[0]._process
     pipe.close()
     assert not process.is_alive()
 
@@ -246,6 +248,6 @@ def test_without_room_in_shared_memory_the_engine_decodes_in_its_thread(monkeypa
     monkeypatch.setattr(codec_process.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(64 << 20, 64 << 20, 0))
     request = SpeechRequest("No room.", max_frames=5)
     with load_pipeline("tiny", device="cpu", codec_threads=1) as pipe:
-        assert pipe.engine.runner.codec_pool is None and pipe.engine.codec_threads is None
+        assert isinstance(pipe.engine.runner.codec, LocalCodec) and pipe.engine.codec_threads is None
         assert "decoded in the engine's thread: /dev/shm has 0 MiB free" in caplog.text
         assert_same(pipe.generate(request), our_pipeline("tiny").generate(request))

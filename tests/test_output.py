@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from omni_core import AudioChunk, Done, Frame, SpeechRequest
-from omni_core.codec.streaming import StreamingDecoder
+from omni_core.engine.codec_stream import LocalStream
 from omni_core.engine import output
 from omni_core.engine.sequence import Sequence
 from omni_core.models.qwen3_omni.prompt import TextSteps
@@ -22,7 +22,7 @@ def ready(request: SpeechRequest, reply: list[int]):
     model = our_pipeline("tiny").model
     seq = Sequence(request, [], model.device, model.dtype)
     seq.admitted_at = seq.submitted_at  # as the scheduler admits it
-    seq.reply, seq.decoder = TextSteps(None, reply, done=True), StreamingDecoder(model.code2wav)
+    seq.reply, seq.decoder = TextSteps(None, reply, done=True), LocalStream(model.code2wav)
     return seq, model
 
 
@@ -35,7 +35,7 @@ def add(seq, model, i: int, other=None, batch: int = 1) -> None:
     output.add_frame(seq, torch.tensor([i]), torch.tensor([0.5]), torch.full((1, 5), i), torch.full((1, 5), 0.1),
                      predicted, other, 1.0, 2.0, batch, model)
     if output.audio_due(seq):  # as the engine's step does (for a group of one)
-        output.decode_together([seq], model)
+        output.decode([seq], model)
 
 
 def drain(seq) -> list:
@@ -87,7 +87,7 @@ def test_rows_at_one_position_decode_together_newcomers_first_each_as_alone():
     offsets = (0, 500, 0)  # the second old row has codes of its own; solo is the first's twin
     for seq, offset in zip((*old, solo), offsets):  # the old rows have heard frame 0 (one chunk)
         record(seq, model, range(1), offset)
-        output.decode_together([seq], model)
+        output.decode([seq], model)
     for seq, offset in zip((*old, solo), offsets):
         record(seq, model, range(1, 3), offset)  # frames 1, 2: their second chunk (2 frames) is due
     record(new, model, range(1))  # the newcomer's first frame: its first chunk is due
@@ -95,8 +95,8 @@ def test_rows_at_one_position_decode_together_newcomers_first_each_as_alone():
     groups = output.codec_groups([*old, new])
     assert groups == [[new], old]  # the newcomer's first audio first; the others in one call
     for group in groups:
-        output.decode_together(group, model)
-    output.decode_together([solo], model)
+        output.decode(group, model)
+    output.decode([solo], model)
     chunks = [[e.audio for e in drain(s) if isinstance(e, AudioChunk)] for s in (*old, solo)]
     assert [len(c) for c in chunks] == [2, 2, 2]
     assert all(np.array_equal(a, b) for a, b in zip(chunks[0], chunks[2]))  # batched = alone, bit for bit

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from omni_core import CheckpointError
-from omni_core.loading import recipe
+from omni_core.loading import qwen3_omni, recipe
 from omni_core.models.config import OmniConfig
-from omni_core.synthetic import tiny
+from omni_core.synthetic import presets, tiny
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_a_load_says_when_auto_chose_float32(monkeypatch):
 
 
 def test_modules_are_built_on_meta(cfg):
-    modules = recipe.build_modules(cfg)
+    modules = qwen3_omni.build_modules(cfg)
     assert set(modules) == {"thinker", "talker", "code2wav"}
     assert all(p.is_meta for m in modules.values() for p in m.parameters())
 
@@ -90,8 +90,8 @@ def test_one_recipe_for_a_checkpoint_and_a_random_source(monkeypatch, cfg):
     assert set(loaded.modules) == {"thinker", "talker", "code2wav"} and loaded.random_weights
     assert loaded.source == "tiny" and loaded.dtype == torch.float32 and "tiny" in loaded.report
     # A 'random:' source at the tiny widths (the real ones need GBs): the preset's config and tokenizer.
-    monkeypatch.setattr(recipe.presets, "omni_config", lambda layers: cfg)
-    monkeypatch.setattr(recipe.presets, "build_tokenizer", tiny.build_tokenizer)
+    monkeypatch.setattr(presets, "omni_config", lambda layers: cfg)
+    monkeypatch.setattr(presets, "build_tokenizer", tiny.build_tokenizer)
     drawn = recipe.load_model("random:qwen3-omni-30b-a3b?seed=3", device="cpu", dtype="float32")
     assert set(drawn.modules) == set(loaded.modules) and drawn.random_weights and drawn.config is cfg
     for name, module in drawn.modules.items():

@@ -70,7 +70,7 @@ def test_the_talker_starts_then_cb0_comes_with_its_alternatives(runner):
     cb0, p0, top, top_probs = runner.choose_cb0([seq])[0]
     assert cb0.shape == p0.shape == (1,) and top.shape == top_probs.shape == (1, 5)
     assert int(top[0, 0]) == int(cb0) and 0 < float(p0) <= 1  # greedy: the most probable
-    assert not m.suppress_mask[top[0]].any()  # never a suppressed special id
+    assert not m.family.suppress_mask[top[0]].any()  # never a suppressed special id
     assert seq.history.tolist() == [[int(cb0)]]
 
 

@@ -57,10 +57,10 @@ def test_codec_eos_is_blocked_for_the_first_two_frames():
 def test_short_chunks_decode_together_and_long_ones_stream_by_stream(monkeypatch):
     """Chunks of up to TTSCodec.TOGETHER_FRAMES frames of rows at one stream position decode in one codec call
     (faster at the real widths), longer ones one stream at a time (faster there too); each row as alone."""
-    from omni_core.engine import output
+    from omni_core.engine import codec_stream
 
-    calls, real = [], output.push_together
-    monkeypatch.setattr(output, "push_together",
+    calls, real = [], codec_stream.push_together
+    monkeypatch.setattr(codec_stream, "push_together",
                         lambda decoders, chunks: calls.append((len(decoders), chunks[0].shape[2])) or real(decoders, chunks))
     pipe = our_tts("custom_voice", exact=False)
     requests = [SpeechRequest(text, speaker="vivian", max_frames=15) for text in ("One.", "Two words.", "Three more.")]

@@ -73,7 +73,7 @@ def test_prompt_embeddings_equal_the_package():
         clean, _ = pipe.check(SpeechRequest(**{k: req.get(k) for k in
                                                ("text", "speaker", "language", "instruct", "text_input")}))
         voice = voices.resolve(pipe.config, clean.speaker, clean.language)
-        prompt = pipe.model.prompts.build(clean.text, voice, clean.text_input == "whole", clean.instruct)
+        prompt = pipe.model.family.prompts.build(clean.text, voice, clean.text_input == "whole", clean.instruct)
         np.testing.assert_allclose(prompt.embeds[0].numpy(), want[f"embeds_{i}"], atol=1e-5)
         steps = prompt.text.steps[0].numpy()
         np.testing.assert_allclose(steps, want[f"trailing_{i}"], atol=1e-5)

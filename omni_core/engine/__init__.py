@@ -7,6 +7,7 @@ sequence.py      Sequence: one request's state (caches, generators, reply, codec
 output.py        Frame events, audio chunks and the Result, from a Sequence's state
 speech_model.py  SpeechModel: the read-only pieces a request needs from its pipeline
 stream.py        Stream: a request's events, as the caller reads them
+codec_stream.py  one codec-stream interface: decoded in the engine's thread or in codec processes
 """
 
 from omni_core.engine.loop import Engine

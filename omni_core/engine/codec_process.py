@@ -5,10 +5,12 @@ run it beside the step: both need the GIL between the tiny model's short ops, an
 it for the whole call (measured: little saved eager, nothing compiled; history (p)). A process has an
 interpreter of its own. The engine sends each step's due chunks (a few hundred bytes of
 codes) and goes on with the next step while the process decodes them on its own kernel threads; a thread
-of the engine's process (`_receive`) hands each chunk's audio back as it comes. vLLM-Omni runs its stages
-as processes for the same reason.
+of the engine's process (`_receive`) takes each chunk's audio as it comes and queues it for the engine's
+thread, which hands it to its request (`CodecPool.deliver`): no other thread writes a request's state.
+vLLM-Omni runs its stages as processes for the same reason.
 
-A stream's state lives in the process; the engine holds a `RemoteStream` (its key and position). The
+A stream's state lives in the process; the engine holds a `RemoteStream` (its key and position:
+engine/codec_stream.py). The
 process decodes with the same modules and `push_together`, so a stream's audio is bit for bit what the
 engine's thread would give it with the same number of kernel threads (tests/test_codec_process.py).
 The codec's weights reach the process through shared memory (torch.multiprocessing), not as a copy.
@@ -28,13 +30,13 @@ import os
 import shutil
 import threading
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.multiprocessing as mp
 
 from omni_core.codec.streaming import StreamingDecoder, push_together
+from omni_core.engine.codec_stream import RemoteStream
 
 SHM = "/dev/shm"
 # The codec runs a step behind the engine, whose step is every request's critical path: on a CPU it yields
@@ -50,26 +52,15 @@ class CodecProcessError(RuntimeError):
     """The codec process ended (killed, out of memory) or could not start: the streams it held are lost."""
 
 
-@dataclass
-class RemoteStream:
-    """The engine's handle on one stream decoded in a `CodecProcess` (what `codec_groups` reads of a
-    StreamingDecoder: the codec, the codebooks and the position)."""
-    process: "CodecProcess"
-    key: int
-    num_codebooks: int | None
-    num_frames: int = 0
-
-    @property
-    def codec(self) -> torch.nn.Module:
-        return self.process.codec
-
-
 class CodecProcess:
-    def __init__(self, codec: torch.nn.Module, threads: int):
+    def __init__(self, codec: torch.nn.Module, threads: int, hand_back=None):
+        """hand_back(callback, results, seconds): how the receiving thread hands a push's results on (the
+        pool's: queued for the engine's thread, engine/codec_pool.py); None: callback(results, seconds) there."""
         if next(codec.parameters()).device.type != "cpu":
             raise ValueError("the codec runs in a process of its own only on a CPU")
         _check_shared_memory(codec)
         self.codec = codec
+        self._hand_back = hand_back or (lambda callback, results, seconds: callback(results, seconds))
         self.error: CodecProcessError | None = None
         self._next_key = 0
         self._callbacks: dict[int, object] = {}  # tag → fn(results, seconds) for each push still out
@@ -105,8 +96,8 @@ class CodecProcess:
 
     def push(self, items: list[tuple[RemoteStream, np.ndarray, bool]], callback) -> None:
         """Decode chunks [Q, n] of these streams in one codec call (equal n and position; `codec_groups`).
-        last: the stream ends after it. callback(results, seconds) runs in the receiving thread with
-        (wav [s] | None, error | None) per item, in order, and the process's seconds for the call."""
+        last: the stream ends after it. callback(results, seconds) gets (wav [s] | None, error | None) per item,
+        in order, and the process's seconds for the call, through `hand_back` (results None: the process ended)."""
         with self._lock:
             tag, self._next_tag = self._next_tag, self._next_tag + 1
             self._callbacks[tag] = callback
@@ -167,14 +158,14 @@ class CodecProcess:
             raise self._ended(f"the codec process is gone ({exc})") from exc
 
     def _receive(self) -> None:
-        """The receiving thread: each chunk's audio to its callback, until the process ends."""
+        """The receiving thread: each push's audio to `hand_back`, until the process ends."""
         try:
             while True:
                 _, tag, results, seconds = self._recv_end.recv()
                 with self._lock:
                     callback, self._heard_at = self._callbacks[tag], time.monotonic()
                 try:
-                    callback(results, seconds)
+                    self._hand_back(callback, results, seconds)
                 except Exception:  # a bug in a callback must not end the thread that serves every stream
                     log.exception("handing a chunk's audio back failed")
                 with self._lock:
@@ -185,10 +176,12 @@ class CodecProcess:
         self._process.join(1.0)
         self._ended(f"the codec process ended (exit code {self._process.exitcode})")
         with self._lock:
-            lost, self._callbacks = list(self._callbacks.values()), {}
+            lost = list(self._callbacks.values())
+        for callback in lost:  # handed back before they stop counting as out (`outstanding`), as a push is
+            self._hand_back(callback, None, 0.0)  # None: every chunk of that push is lost (`error` says why)
+        with self._lock:
+            self._callbacks = {}
             self._lock.notify_all()
-        for callback in lost:
-            callback(None, 0.0)  # None: every chunk of that push is lost (`error` says why)
 
     def _ended(self, why: str) -> CodecProcessError:
         with self._lock:

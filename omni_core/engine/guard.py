@@ -28,27 +28,34 @@ class Guard:
         self.scheduler = scheduler
         self.left_line = left_line
 
-    def batched(self, stage: str, seqs: list[Sequence], call) -> tuple[list[Sequence], list]:
+    def batched(self, stage: str, seqs: list[Sequence], call, charge: bool = True) -> tuple[list[Sequence], list]:
         """call(rows) → one result per row, for all `seqs` at once. If it raises, each row runs
         alone: rows are batch-invariant, so a healthy row gets the floats the batch would have
-        given it, and only a row that fails alone fails. → (the rows that succeeded, their results)."""
+        given it, and only a row that fails alone fails. → (the rows that succeeded, their results).
+        charge=False: the call charges its own time (the codec's: output.py)."""
         if not seqs:
             return [], []
         t = time.perf_counter()
+        charged = seqs if charge else []
         try:
             results = call(seqs)
-            self.charge(stage, seqs, t)
+            self.charge(stage, charged, t)
             return seqs, results
         except Exception as exc:
-            self.charge(stage, seqs, t)
+            self.charge(stage, charged, t)
             if len(seqs) == 1:
                 self.fail(seqs[0], exc)
                 return [], []
             log.warning("a batched %s call of %d rows failed (%s: %s); running its rows one at a time",
                         stage, len(seqs), type(exc).__name__, exc)
-        alone = {s: self.run(s, stage, [s], call, [s]) for s in seqs}
+        alone = {s: self.run(s, stage, [s] if charge else [], call, [s]) for s in seqs}
         ok = [s for s in seqs if not s.finished]
         return ok, [alone[s][0] for s in ok]
+
+    def new_step(self, seqs: list[Sequence]) -> None:
+        """A step begins: its own seconds (Frame.talker_ms, ...) count from zero."""
+        for seq in seqs:
+            seq.step_spent = dict.fromkeys(seq.step_spent, 0.0)
 
     def charge(self, stage: str, seqs: list[Sequence], since: float) -> None:
         """Every request in a batched call waited for all of it: each is charged the whole time."""

@@ -22,6 +22,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future, wait
+from functools import partial
 
 import torch
 
@@ -42,6 +43,7 @@ POLL_S = 0.1  # how often a waiting caller checks that the engine is alive
 PAUSED_POLL_S = 0.02  # how often an engine whose requests are all paused looks again
 CLOSE = object()  # the inbox item that ends the loop
 REST = object()  # the inbox item that wakes the loop to end an idle thread (`Engine.rest`)
+CODEC = object()  # the inbox item that says audio came back from a codec process (`CodecPool.deliver`)
 # An idle engine handed a request waits while more keep coming: up to GATHER_S for each next one, GATHER_MAX_S
 # in all. Requests sent together (threads released at once submit over 2-9 ms here, slowed by the engine's
 # own step) then start in one step, instead of the first few alone and the rest a whole step later.
@@ -62,9 +64,10 @@ class Engine:
         self.codec_threads, self.codec_processes = codec_threads, codec_processes
         self.guard = Guard(self.scheduler, self._left_line)
         self.stepper = Step(self.scheduler, Runner(model), self.guard, self._left_line)
-        self._codec_pool()
         self._rest = False  # end the thread as soon as it is idle (`rest`)
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()  # lists of new Sequences, (fn, args, Future) calls
+        # lists of new Sequences, (fn, args, Future) calls, CODEC (audio came back: `CodecPool.deliver`)
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._start_codec()
         self.gather_s = (GATHER_S, GATHER_MAX_S)  # how an idle engine waits for the rest of a burst
         self.error: EngineError | None = None  # set once the engine no longer serves
         self._queued = 0  # submitted and not yet admitted: in the inbox or the scheduler's waiting line
@@ -89,34 +92,24 @@ class Engine:
     @model.setter
     def model(self, model: SpeechModel) -> None:
         old, self.runner = self.runner, Runner(model)
-        if old is not None and old.codec_pool is not None:
-            old.codec_pool.close()
-        self._codec_pool()
+        if old is not None:
+            old.codec.close()
+        self._start_codec()
 
-    def _codec_pool(self) -> CodecPool | None:
-        """The engine's codec processes (when it has them). One that ends fails the streams it held; the
-        pool starts another in its place for later requests (`CodecPool.open`)."""
-        pool = self.runner.codec_pool
-        if self.codec_threads and pool is None:
+    def _start_codec(self) -> None:
+        """The engine's codec processes, when it has them (else its runner decodes in the engine's thread). One
+        that ends fails the streams it held; the pool starts another in its place for later requests."""
+        if self.codec_threads:
             try:
-                pool = CodecPool(self.model.code2wav, self.codec_threads, self.codec_processes)
+                self.runner.codec = CodecPool(self.model.code2wav, self.codec_threads, self.codec_processes,
+                                              wake=partial(self.inbox.put, CODEC))
             except (OSError, RuntimeError) as exc:  # no room in shared memory, no processes allowed
                 log.warning("the audio is decoded in the engine's thread: %s", exc)
-                self.codec_threads = pool = None
-            self.runner.codec_pool = pool
-        return pool
+                self.codec_threads = None
 
-    @property
-    def max_batch(self) -> int:
-        return self.scheduler.max_batch
-
-    @property
-    def max_waiting(self) -> int:
-        return self.scheduler.max_waiting
-
-    @property
-    def active(self) -> int:
-        return self.scheduler.active
+    max_batch = property(lambda self: self.scheduler.max_batch)
+    max_waiting = property(lambda self: self.scheduler.max_waiting)
+    active = property(lambda self: self.scheduler.active)
 
     @property
     def has_thread(self) -> bool:
@@ -177,8 +170,8 @@ class Engine:
             self.inbox.put(CLOSE)
             thread.join(timeout)
         if thread is None or not thread.is_alive():
-            if self.runner is not None and self.runner.codec_pool is not None:
-                self.runner.codec_pool.close()
+            if self.runner is not None:
+                self.runner.codec.close()
             self.runner = None  # the weights' last reference from the engine
 
     def _raise_if_down(self) -> None:
@@ -245,6 +238,9 @@ class Engine:
     def _let_thread_go(self) -> bool:
         """End this idle thread (its OpenMP team goes with it), unless something came in meanwhile:
         the next submit or call starts a new one."""
+        codec = self.runner.codec
+        if codec.busy:  # audio still to come for requests that have ended: their Done follows it
+            codec.wait_for(codec.mark())
         with self._lock:
             if not self.inbox.empty():
                 return False
@@ -259,11 +255,12 @@ class Engine:
             try:
                 item = self.inbox.get(block=block, timeout=timeout if block else None)
             except queue.Empty:
+                self.runner.codec.deliver()  # audio that came back from the codec processes, to its requests
                 return taken
             block, taken = False, taken + 1
             if item is CLOSE:
                 return None
-            if item is REST:  # it only woke the loop
+            if item is REST or item is CODEC:  # it only woke the loop
                 continue
             if isinstance(item, list):
                 for seq in item:
@@ -276,7 +273,10 @@ class Engine:
                     future.set_exception(exc)
 
     def _go_down(self, error: EngineError) -> None:
-        """Fail every request held or still in the inbox, and every pending call, with `error`."""
+        """Fail every request held or still in the inbox, and every pending call, with `error`; the ended
+        requests' audio still out in the codec processes is handed over first."""
+        codec = self.runner.codec
+        codec.wait_for(codec.mark())
         with self._lock:
             self.error = self.error or error
             error = self.error

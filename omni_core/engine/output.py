@@ -8,8 +8,6 @@ import time
 import numpy as np
 import torch
 
-from omni_core.codec.streaming import push_together
-from omni_core.engine.codec_process import RemoteStream
 from omni_core.engine.sequence import STAGES, Sequence
 from omni_core.engine.speech_model import SpeechModel
 from omni_core.events import AudioChunk, Done, Frame, Result
@@ -58,77 +56,48 @@ def audio_due(seq: Sequence) -> bool:
 
 
 def codec_groups(seqs: list[Sequence]) -> list[list[Sequence]]:
-    """Rows whose chunks can be decoded in one codec call: the same stream position and chunk length, the same
-    codec process (if any), and a codec that decodes such chunks together (`decodes_together`; else each row
-    alone).
+    """Rows whose chunks can be decoded in one codec call: equal streams' `group_key` (the codec, the codec
+    process if any, the codebooks, the position) and chunk length, and a codec that decodes such chunks
+    together (`decodes_together`; else each row alone).
     Groups with a request's first audio come first (a newcomer hears itself before the others' pushes)."""
     groups: dict[tuple, list[Sequence]] = {}
     for seq in seqs:
         d = seq.decoder
         alone = None if d.codec.decodes_together(len(seq.pending)) else id(seq)  # else one by one
-        process = id(d.process) if isinstance(d, RemoteStream) else None  # a push goes to one codec process
-        groups.setdefault((id(d.codec), process, d.num_codebooks, d.num_frames, len(seq.pending), alone),
-                          []).append(seq)
+        groups.setdefault((*d.group_key(), len(seq.pending), alone), []).append(seq)
     return sorted(groups.values(), key=lambda g: g[0].chunks_sent > 0)
 
 
-def decode(seqs: list[Sequence], model: SpeechModel) -> list[None]:
-    """A `codec_groups` group's chunks: decoded here, or sent to the codec process that holds their streams."""
-    if isinstance(seqs[0].decoder, RemoteStream):
-        return send_together(seqs, model)
-    return decode_together(seqs, model)
-
-
-def decode_together(seqs: list[Sequence], model: SpeechModel) -> list[None]:
-    """One codec call for the pending frames of every row of a `codec_groups` group; each row emits its
-    audio (bit for bit what its own push gives). The caller charges the time."""
-    chunks = [torch.from_numpy(np.stack(s.pending).T)[None].to(model.device) for s in seqs]  # [1, 16, n] each
-    wavs = push_together([s.decoder for s in seqs], chunks)
-    for seq, wav in zip(seqs, wavs):
-        first, _ = _take_pending(seq)
-        _emit_audio(seq, wav[0, 0].float().cpu().numpy(), first, model)
-    return [None] * len(seqs)
-
-
-def send_together(seqs: list[Sequence], model: SpeechModel, last: bool = False) -> list[None]:
-    """`decode_together` in the codec process: the group's pending frames go out now and each row's audio
-    comes back in the process's receiving thread, while the engine goes on. last: the rows are finished
-    (Done follows their last chunk; Failed, if a chunk of theirs failed). The process's seconds for the
-    call are charged to each row when it is back."""
-    codec = seqs[0].decoder.process
-    taken = [_take_pending(s) for s in seqs]
+def decode(seqs: list[Sequence], model: SpeechModel, last: bool = False) -> list[None]:
+    """A `codec_groups` group's pending frames, as each row's next chunk, through their streams in one codec
+    call (engine/codec_stream.py); each row's audio comes to `_back` in the engine's thread (bit for bit what
+    its own push gives), at once or when its codec process hands it back. A call that raises leaves the
+    frames pending (each row may run again alone). last: the rows are finished: Done (or Failed, if a chunk of
+    theirs failed) follows their last chunk."""
     G = model.config.num_code_groups
-    chunks = [np.stack(codes, axis=1) if codes else np.zeros((G, 0), np.int64) for _, codes in taken]  # [G, n]
-
-    def back(results: list | None, seconds: float) -> None:
-        for seq, (first, _), (wav, error) in zip(seqs, taken, results or [(None, str(codec.error))] * len(seqs)):
-            seq.spent["codec"] += seconds
-            if error is not None and seq.codec_error is None:  # the engine fails a running row at its next step
-                seq.codec_error = codec.error if results is None else RuntimeError(
-                    f"the codec failed on this request's audio: {error}")
-            if seq.codec_error is None and wav.size:
-                _emit_audio(seq, wav, first, model)
-            if last:
-                seq.emit(Done(result(seq, model)) if seq.codec_error is None else Failed(seq.codec_error))
-
-    codec.push([(s.decoder, c, last) for s, c in zip(seqs, chunks)], back)
+    chunks = [np.stack(s.pending, axis=1) if s.pending else np.zeros((G, 0), np.int64) for s in seqs]  # [G, n]
+    firsts = [len(s.codes) - len(s.pending) for s in seqs]  # each chunk's first frame
+    streams = [s.decoder for s in seqs]
+    streams[0].decode(streams, chunks, last,
+                      lambda results, seconds: _back(seqs, firsts, results, seconds, last, model))
+    for seq in seqs:
+        seq.pending = []
+        seq.chunks_sent += 1
     return [None] * len(seqs)
 
 
-def decode_pending(seq: Sequence, model: SpeechModel) -> None:
-    """Push the frames not yet decoded through the request's codec stream; emit their audio."""
-    if not seq.pending or seq.decoder is None:
-        return
-    t = time.perf_counter()
-    decode_together([seq], model)
-    seq.spent["codec"] += time.perf_counter() - t
-
-
-def _take_pending(seq: Sequence) -> tuple[int, list]:
-    """The frames waiting for the codec, taken as the request's next chunk: (the first one's index, codes)."""
-    pending, seq.pending = seq.pending, []
-    seq.chunks_sent += 1
-    return len(seq.codes) - len(pending), pending
+def _back(seqs: list[Sequence], firsts: list[int], results: list, seconds: float, last: bool,
+          model: SpeechModel) -> None:
+    """In the engine's thread: a group's audio, (wav | None, error | None) per row; the codec's seconds for the
+    call are charged to each row. A failed chunk fails its running row at the engine's next step."""
+    for seq, first, (wav, error) in zip(seqs, firsts, results):
+        seq.spent["codec"] += seconds
+        if error is not None and seq.codec_error is None:
+            seq.codec_error = error
+        if seq.codec_error is None and wav.size:
+            _emit_audio(seq, wav, first, model)
+        if last:
+            _end(seq, model)
 
 
 def _emit_audio(seq: Sequence, wav: np.ndarray, first: int, model: SpeechModel) -> None:
@@ -142,22 +111,25 @@ def _emit_audio(seq: Sequence, wav: np.ndarray, first: int, model: SpeechModel) 
 
 
 def finish(seq: Sequence, reason: str, model: SpeechModel) -> None:
-    """Decode what is left, let go of the caches, then send Done (a caller who has read Done
-    finds the request released). A stream in the codec process sends Done after its last chunk."""
+    """Decode what is left, let go of the caches, then send Done (a caller who has read Done finds the request
+    released): at once for a stream decoded in the engine's thread, after its last chunk for one in a codec
+    process."""
     seq.stats.stopped = reason
-    if isinstance(seq.decoder, RemoteStream):
-        send_together([seq], model, last=True)
-        seq.release()
-        return
-    decode_pending(seq, model)
-    done = Done(result(seq, model))
+    if seq.decoder is None:
+        return _end(seq, model)
+    decode([seq], model, last=True)
     seq.release()
-    seq.emit(done)
+
+
+def _end(seq: Sequence, model: SpeechModel) -> None:
+    """The request is over: released, then Done, or Failed when a chunk of its audio failed."""
+    seq.release()
+    seq.emit(Done(result(seq, model)) if seq.codec_error is None else Failed(seq.codec_error))
 
 
 def fail(seq: Sequence, error: BaseException) -> None:
-    if isinstance(seq.decoder, RemoteStream):  # no last chunk will end its stream in the codec process
-        seq.decoder.process.drop(seq.decoder)
+    if seq.decoder is not None:  # no last chunk will end its stream
+        seq.decoder.drop()
     seq.release()
     seq.emit(Failed(error))
 

@@ -1,7 +1,7 @@
 """`Runner`: the only place that calls the models.
 
-Per request: admission (prompts; for Qwen3-TTS the talker's prompt from the request, a clone's
-x-vector and reference codes), the prefills of the thinker's prompt (chat mode) and of the
+Per request: admission (prompts and codec stream, as the model's family admits a request:
+families/), the prefills of the thinker's prompt (chat mode) and of the
 talker's, piece by piece (`prefill_chunk` positions: the engine runs a few pieces a step, so a
 long prompt cannot stall the rows already speaking), CB0 from the codec head's logits. Batched, for
 all rows at once: one thinker token, the talker's next inputs and one talker step (ragged cache
@@ -16,15 +16,14 @@ from contextlib import contextmanager
 
 import torch
 
-from omni_core.codec.streaming import StreamingDecoder
-from omni_core.engine.sequence import Sequence, default_text_tokens
+from omni_core.engine.codec_stream import Codec, CodecStream, LocalCodec
+from omni_core.engine.sequence import Sequence
 from omni_core.engine.speech_model import SpeechModel
 from omni_core.events import TextDelta
 from omni_core.models.layers import KVCache
-from omni_core.models.qwen3_omni.prompt import TalkerPromptBuilder, TextSteps
-from omni_core.models.qwen3_tts import voices
 from omni_core.models.sampling import (choose, choose_with_alternatives, draw_noise, repetition_penalty,
                                        suppress)
+
 
 @contextmanager
 def lengths_kept_on_error(caches: list[KVCache]):
@@ -50,31 +49,16 @@ class Runner:
     def __init__(self, model: SpeechModel):
         self.model = model
         self.prefill_chunk = PREFILL_CHUNK
-        self.codec_pool = None  # CodecPool: the codec streams decode in its processes (engine/codec_pool.py)
+        # Where the codec streams decode: in the engine's thread, or a CodecPool's processes (engine/codec_pool.py)
+        self.codec: Codec = LocalCodec(model.code2wav)
 
     # ---- one request ----------------------------------------------------------------------------
 
     def admit(self, seq: Sequence, audio: bool = True) -> None:
-        """Prompts and codec stream (audio=False: none, for scoring); for chat mode the thinker's prompt to
-        prefill (`prefill_thinker`)."""
-        m, req = self.model, seq.req
-        if m.prompts is not None:
-            return self.admit_tts(seq, audio)
-        seq.prompt_ids = m.chat_prompt(req.text)
-        seq.builder = TalkerPromptBuilder(m.config, m.thinker, m.talker)
-        seq.decoder = self.new_stream() if audio else None
-        if req.mode == "speak":
-            # The reply is the text. For text-only input the talker reads only the thinker's
-            # (projected) token embeddings, never its hidden states (as HF): no thinker forward.
-            reply = m.tokenizer(req.text, add_special_tokens=False)["input_ids"] + [m.im_end]
-            seq.reply = TextSteps(seq.builder, reply, done=True)
-            seq.emit(TextDelta(req.text, seq.reply.spoken))
-            return
-        seq.reply = TextSteps(seq.builder)
-        seq.max_text_tokens = req.max_text_tokens or default_text_tokens(len(seq.prompt_ids))
-        seq.thinker_cache = m.thinker.model.new_cache(1, len(seq.prompt_ids) + seq.max_text_tokens,
-                                                      like=m.thinker.model.embed_tokens.weight)
-        seq.thinker_todo = torch.tensor([seq.prompt_ids], device=m.device)  # prefilled by `prefill_thinker`
+        """Prompts and codec stream (audio=False: none, for scoring), as the model's family admits a request
+        (families/): for chat mode the thinker's prompt to prefill (`prefill_thinker`), for Qwen3-TTS the
+        talker's."""
+        self.model.family.admit(self.model, seq, self.new_stream if audio else _no_stream)
 
     def prefill_thinker(self, seq: Sequence) -> int:
         """The next piece of the thinker's prompt; after the last, the reply's first token. → positions run."""
@@ -86,33 +70,10 @@ class Runner:
             self.take_token(seq, m.thinker(piece, seq.thinker_cache)[:, -1])
         return piece.shape[1]
 
-    def admit_tts(self, seq: Sequence, audio: bool = True) -> None:
-        """Qwen3-TTS: the talker's prompt from the request (a clone's x-vector and reference codes
-        first), and the codec stream (a clone's reference codes go in first: the package decodes
-        reference + new codes and returns the new part)."""
-        m, req = self.model, seq.req
-        voice = voices.resolve(m.config, req.speaker or m.default_speaker, req.language)
-        xvector = reference = None
-        if req.reference_audio is not None:
-            wav = torch.from_numpy(req.reference_audio[1]).to(m.device)
-            xvector = m.speaker_encoder.embed(wav)
-            if req.reference_text is not None:
-                codes = m.code2wav.encode(wav)  # [T, 16]
-                reference = (req.reference_text, codes)
-        seq.decoder = self.new_stream(None if reference is None else reference[1].T) if audio else None
-        prompt = m.prompts.build(req.text, voice, req.text_input == "whole", req.instruct, xvector, reference)
-        seq.prompt_ids, seq.reply, seq.talker_prompt = prompt.ids, prompt.text, prompt.embeds
-        seq.emit(TextDelta(req.text, seq.reply.spoken))
-
-    def new_stream(self, prefix: torch.Tensor | None = None):
-        """A request's codec stream, in a codec process when the engine has them (a RemoteStream).
-        prefix [Q, n]: codes decoded first whose audio is not wanted (a clone's reference codes)."""
-        if self.codec_pool is not None:
-            return self.codec_pool.open(None, None if prefix is None else prefix.cpu().numpy())
-        stream = StreamingDecoder(self.model.code2wav)
-        if prefix is not None:
-            stream.push(prefix[None])
-        return stream
+    def new_stream(self, prefix: torch.Tensor | None = None) -> CodecStream:
+        """A request's codec stream, where the engine's codec decodes (engine/codec_stream.py: in its thread, or
+        in a codec process). prefix [Q, n]: codes decoded first whose audio is not wanted (a clone's reference)."""
+        return self.codec.open(prefix)
 
     def take_token(self, seq: Sequence, logits: torch.Tensor) -> None:
         """logits [1, V] → the reply's next token (HF: the thinker never feeds back its last)."""
@@ -131,9 +92,7 @@ class Runner:
         """The talker's prompt (once the reply's first tokens are known) and its cache; `prefill_talker`
         runs it."""
         m = self.model
-        prompt = seq.talker_prompt
-        if prompt is None:
-            prompt = seq.builder.prompt(seq.prompt_ids, seq.reply.first_spoken, m.speaker_id(seq.req.speaker))
+        prompt = m.family.talker_prompt(m, seq)
         seq.talker_cache = m.talker.model.new_cache(1, prompt.shape[1] + 64, like=prompt)
         seq.talker_todo = prompt
 
@@ -169,18 +128,11 @@ class Runner:
 
     def next_inputs(self, seqs: list[Sequence]) -> torch.Tensor:
         """The talker's next input for every row [B, 1, C]: the last frame's summed codec embedding plus text
-        step k-1 (k: frames made). One embedding sum for all rows, and one text projection for the rows
-        whose step is a reply token (rows are independent: the sums are per row, the projection's matmul
-        rows batch-invariant)."""
+        step k-1 (k: frames made), as the family reads its text steps (rows are independent: the sums are per
+        row, a text projection's matmul rows batch-invariant)."""
         talker = self.model.talker
         codes = talker.embed_codes(torch.cat([s.last_cb0 for s in seqs]), torch.cat([s.last_embeds for s in seqs]))
-        steps = [s.reply.step(len(s.codes) - 1) for s in seqs]  # token ids to project, or embeddings [1, 1, C]
-        reading = [(s, step) for s, step in zip(seqs, steps) if isinstance(step, int)]  # Qwen3-Omni rows only
-        if reading:
-            ids = torch.tensor([step for _, step in reading], device=codes.device)[:, None]  # [B', 1]
-            projected = iter(reading[0][0].builder.project(ids).split(1))
-            steps = [next(projected) if isinstance(step, int) else step for step in steps]
-        return codes + torch.cat(steps)
+        return codes + self.model.family.text_inputs(seqs)
 
     def choose_cb0(self, seqs: list[Sequence]) -> list[tuple[torch.Tensor, ...]]:
         """CB0 for every row from one codec-head matmul → per row CB0 [1], its probability [1], and the top-5
@@ -245,3 +197,8 @@ class Runner:
         for seq in seqs:
             seq.stats.cuda_graph |= graph
         return [tuple(x[b:b + 1] for x in made) for b in range(len(seqs))]
+
+
+def _no_stream(prefix: torch.Tensor | None = None) -> None:
+    """A request admitted without audio (scoring) has no codec stream."""
+    return None

@@ -3,8 +3,31 @@
 Everything the request owns: its KV caches (thinker, talker), its random generators, its
 reply so far, its codec stream, its codes and audio, its timings and its event queue.
 Nothing is shared with the requests beside it, so a request makes the codes it makes
-alone. The runner (runner.py) fills it, output.py turns it into events and a Result,
-the scheduler (scheduler.py) admits and stops it; the caller reads `events`.
+alone.
+
+Each part has one writer, and every writer but the caller's runs in the engine's thread
+(a codec process's audio too: its receiving thread only queues it, engine/codec_stream.py):
+
+  the caller's thread       req, overlap (made before it is handed over), submitted_at (set as it is
+    (pipeline.py, loop.py     handed to the engine), cancel (set), frames_read (Stream: frames read);
+    `submit`, stream.py)      it reads `events` and nothing else writes them but `emit`
+  the scheduler             admitted_at, paused_since, stats.warnings of a stop
+  admission (Runner.admit,  prompt_ids, reply (made), builder, max_text_tokens, thinker_cache and
+    the family adapter)       thinker_todo (chat), talker_prompt (Qwen3-TTS), decoder (the codec stream)
+  the runner                the models' state as they advance: the reply's tokens, last_token, shown,
+                              thinker_cache (dropped when the reply ends), talker_cache, the todos (each
+                              prefill takes its piece), hidden (after the talker's prompt), history, the
+                              generators' states, stats.cuda_graph
+  the step (step.py)        hidden: a batched talker step's row, emptied once its frame is made
+  the guard (guard.py)      spent, step_spent (each call's seconds; reset as a step begins)
+  output.py                 the frame's results (codes, probs, top_codes, top_probs, batches, mismatches,
+                              last_cb0, last_embeds, pending), the audio (chunks_sent, audio, codec_error,
+                              spent["codec"]: the codec's own seconds as its audio comes back), the end
+                              (stats.stopped, the result's stats; `release`: the caches and the stream
+                              let go, finished)
+
+score.py drives a sequence of its own (never handed to the scheduler) through the runner and writes its
+frame fields itself, in the engine's thread between steps.
 """
 
 from __future__ import annotations
@@ -31,7 +54,7 @@ class Sequence:
         self.cancel = cancel if cancel is not None else threading.Event()
         self.events: queue.SimpleQueue = queue.SimpleQueue()
         self.finished = False
-        self.frames_read = 0  # Frame events the caller has taken (the caller's thread writes it)
+        self.frames_read = 0  # Frame events the caller has taken (the caller's thread writes it, the scheduler reads)
         self.paused_since: float | None = None  # when the reader fell too far behind; None: reading
         # time
         self.submitted_at = time.perf_counter()  # set again when it is handed to the engine
@@ -63,13 +86,13 @@ class Sequence:
         self.history = torch.empty(1, 0, dtype=torch.long, device=device)  # CB0s so far
         self.last_cb0: torch.Tensor | None = None  # [1]
         self.last_embeds: torch.Tensor | None = None  # [1, 15, C]: the last frame's CB1..15 embeddings
-        self.decoder = None  # StreamingDecoder (or RemoteStream): this request's incremental Code2Wav
+        self.decoder = None  # CodecStream (engine/codec_stream.py): this request's incremental codec decode
         # output
         self.codes, self.probs, self.top_codes, self.top_probs = [], [], [], []  # per frame
         self.batches: list[int] = []  # requests in the step that made each frame
         self.audio, self.pending = [], []  # audio chunks; frames not yet decoded
         self.chunks_sent = 0  # chunks handed to the codec (their audio may still be coming: codec_process.py)
-        self.codec_error: Exception | None = None  # a chunk failed in the codec process: the engine fails the row
+        self.codec_error: Exception | None = None  # a chunk failed in the codec process: the step fails the row
         self.mismatches = 0
 
     def wants_token(self) -> bool:

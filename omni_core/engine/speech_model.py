@@ -1,7 +1,9 @@
 """`SpeechModel`: the loaded speech path as a request sees it, one small typed object.
 
 The modules and tables here are read-only after loading; every request reads them,
-none writes them.
+none writes them. What differs between the families (admission, the talker's prompt and
+text inputs, CB0's rules, the default speaker) is asked of `family`, the adapter chosen at
+load (families/).
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ import torch
 from omni_core.codec.code2wav import Code2Wav
 from omni_core.codec.qwen3_tts import TTSCodec
 from omni_core.fast.predictors import Predictors
+from omni_core.families.protocol import Family
 from omni_core.models.config import OmniConfig
 from omni_core.models.qwen3_omni.talker import Talker
 from omni_core.models.qwen3_omni.thinker import Thinker
 from omni_core.models.qwen3_tts.config import TTSConfig
-from omni_core.models.qwen3_tts.prompt import PromptBuilder
-from omni_core.models.qwen3_tts.speaker_encoder import SpeakerEncoder
 from omni_core.models.qwen3_tts.talker import Talker as TTSTalker
 
 
@@ -32,11 +33,11 @@ class SpeechModel:
     device: torch.device
     dtype: torch.dtype
     predictors: Predictors  # the code predictor's fast path, chosen once
-    suppress_mask: torch.Tensor  # [talker vocab] bool: ids CB0 never takes
-    default_speaker: str | None
-    prompts: PromptBuilder | None = None  # Qwen3-TTS: builds the talker's prompt from the request
-    speaker_encoder: SpeakerEncoder | None = None  # Qwen3-TTS Base: x-vectors of reference clips
-    min_new_tokens: int = 0  # CB0 cannot be codec EOS before this many frames (Qwen3-TTS: 2)
+    family: Family  # Qwen3Omni or Qwen3TTS (families/): what differs between the two
+
+    @property
+    def default_speaker(self) -> str | None:
+        return self.family.default_speaker
 
     @property
     def im_end(self) -> int:
@@ -56,8 +57,8 @@ class SpeechModel:
 
     def cb0_mask(self, frames: int) -> torch.Tensor:
         """The ids CB0 cannot take at this frame: the suppressed band, and codec EOS before min_new_tokens."""
-        if frames >= self.min_new_tokens:
-            return self.suppress_mask
-        mask = self.suppress_mask.clone()
+        if frames >= self.family.min_new_tokens:
+            return self.family.suppress_mask
+        mask = self.family.suppress_mask.clone()
         mask[self.codec_eos] = True
         return mask

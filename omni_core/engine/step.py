@@ -49,18 +49,16 @@ class Step:
         self.steps_taken = 0
         self.prefill_budget = PREFILL_BUDGET  # prompt positions a step may prefill while rows decode
         self.prefill_left: int | None = None  # prompt positions this step may still prefill (None: no limit)
-        self.codec_mark: dict = {}  # where the codec processes' pushes stood when the current step began
+        self.codec_mark = None  # where the codec's pushes stood when the current step began (`Codec.mark`)
 
     @property
     def model(self) -> SpeechModel:
         return self.runner.model
 
     def run(self) -> None:
-        for seq in self.scheduler.running:
-            seq.step_spent = dict.fromkeys(seq.step_spent, 0.0)
-        codec = self.runner.codec_pool
+        self.guard.new_step(self.scheduler.running)
         # A step's audio may still decode while the next step runs, no longer: pushes from steps before it wait
-        self.codec_mark = codec.mark() if codec is not None else {}
+        self.codec_mark = self.runner.codec.mark()
         self.schedule()
         rows = self.scheduler.rows()
         decoding = any(s.decoding for s in rows)
@@ -165,12 +163,12 @@ class Step:
                            talker_ms, predictor_ms, len(seqs), self.model)
             seq.hidden = None
         due = [s for s in seqs if not s.finished and output.audio_due(s)]
-        codec, firsts = self.runner.codec_pool, any(s.chunks_sent == 0 for s in due)
-        if due and codec is not None:  # the codec keeps at most one step behind
+        codec, firsts = self.runner.codec, any(s.chunks_sent == 0 for s in due)
+        if due:  # the codec keeps at most one step behind
             codec.wait_for(self.codec_mark)
-        for group in output.codec_groups(due):
-            self.guard.batched("codec", group, lambda rows: output.decode(rows, self.model))
-        if firsts and codec is not None:
+        for group in output.codec_groups(due):  # each row is charged the codec's seconds as its audio comes back
+            self.guard.batched("codec", group, lambda rows: output.decode(rows, self.model), charge=False)
+        if firsts:
             # A first chunk is waited for, as the engine's thread would decode it: its audio is handed over while
             # the engine waits, not after the next compiled call (which holds the GIL): lone tiny, compiled, the
             # first audio came 18 ms later without this.

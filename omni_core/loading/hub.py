@@ -32,6 +32,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from omni_core.families import registry
 from omni_core.synthetic import tiny
 from omni_core.synthetic import qwen3_tts as synthetic_tts
 from omni_core.models.config import CheckpointError
@@ -45,9 +46,6 @@ INDEX = "model.safetensors.index.json"
 SPEECH_FILES = ["config.json", "generation_config.json", "tokenizer*", "vocab.json", "merges.txt",
                 "added_tokens.json", "special_tokens_map.json", "chat_template.json", "chat_template.jinja", INDEX]
 SKIPPED_PREFIXES = ("thinker.audio_tower.", "thinker.visual.")  # never loaded (see checkpoint.py)
-# Qwen3-TTS: the weights (one file or shards) and the codec in speech_tokenizer/, which the official
-# package also fetches on its own (`allow_patterns=["speech_tokenizer/*"]`).
-TTS_FILES = ["*.safetensors", "speech_tokenizer/*"]
 REACH_S = 5.0  # seconds the endpoint's host has to accept a connection (`reachable`)
 
 
@@ -102,12 +100,14 @@ def download(repo_id: str, revision: str | None = None) -> Path:
         hf_hub_download = partial(hf_hub_download, local_files_only=True)
         snapshot_download = partial(snapshot_download, local_files_only=True)
     config = json.loads(Path(hf_hub_download(repo_id, "config.json", revision=revision)).read_text())
-    if config.get("model_type") == "qwen3_tts":  # small: every weight file, and the codec's folder
-        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=SPEECH_FILES + TTS_FILES))
-    if config.get("model_type") != "qwen3_omni_moe":
+    family = registry.of_model_type(config.get("model_type"))
+    if family is None:
         raise CheckpointError(f"{repo_id} is neither a Qwen3-Omni nor a Qwen3-TTS repo: its config.json has "
                               f"model_type {config.get('model_type')!r}; pick e.g. Qwen/Qwen3-Omni-30B-A3B-Instruct "
                               "or Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice")
+    whole = family.loading.HUB_FILES  # a small repo: these files whole (None: the speech path's shards)
+    if whole is not None:
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=SPEECH_FILES + whole))
     index_file = Path(hf_hub_download(repo_id, INDEX, revision=revision))
     index = json.loads(index_file.read_text())
     if not isinstance(index.get("weight_map"), dict):

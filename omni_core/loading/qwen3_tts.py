@@ -27,18 +27,30 @@ from omni_core.models.config import CheckpointError
 from omni_core.models.qwen3_tts.config import TTSConfig, read_tts_config
 from omni_core.models.qwen3_tts.speaker_encoder import SpeakerEncoder
 from omni_core.models.qwen3_tts.talker import Talker
+from omni_core.synthetic import presets
+from omni_core.synthetic import qwen3_tts as synthetic_tts
 
 CODEC_DIR = "speech_tokenizer"
+# A hub repo (a few GB at most) is fetched whole: the weights (one file or shards) and the codec in
+# speech_tokenizer/, which the official package also fetches on its own (`allow_patterns=["speech_tokenizer/*"]`).
+HUB_FILES = ["*.safetensors", CODEC_DIR + "/*"]
 MISTRAL_SPLIT = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
                  r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}|"
                  r" ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
-def is_tts(path: Path) -> bool:
-    try:
-        return json.loads((path / "config.json").read_text()).get("model_type") == "qwen3_tts"
-    except (OSError, ValueError):
-        return False
+# A CPU load that is not quantized names --quantize int8 with its measured one-row speed-up (the talker's
+# matmuls are the whole model's decode).
+SUGGESTS_INT8 = True
+
+
+def random_config(name: str, layers: int | None) -> TTSConfig:
+    """A 'random:qwen3-tts-…' preset's config (layers: fewer talker layers)."""
+    return synthetic_tts.tts_config(name, layers)
+
+
+def random_tokenizer():
+    return presets.build_tokenizer()
 
 
 def read_config(path: Path) -> TTSConfig:

@@ -4,6 +4,9 @@ recipe builds the modules on the meta device, checks memory, gives them storage 
     directory / hub id / 'tiny'   config.json + tokenizer files + safetensors shards
                                   (Qwen3-TTS: + speech_tokenizer/, loading/qwen3_tts.py)
     'random:<name>'               a preset config, a built tokenizer, seeded random weights
+
+The source's family (families/registry.py) is asked once; its part of the recipe (loading/qwen3_omni.py,
+loading/qwen3_tts.py: the same functions) reads the config and tokenizer, builds and fills the modules.
 """
 
 from __future__ import annotations
@@ -11,22 +14,21 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import torch
 from torch import nn
 
-from omni_core.codec.code2wav import Code2Wav
-from omni_core.loading import memory, qwen3_tts, random_weights
-from omni_core.loading.checkpoint import load_tokenizer, load_weights, materialize, read_config
+from omni_core.families import registry
+from omni_core.loading import memory, random_weights
+from omni_core.loading.checkpoint import materialize
 from omni_core.loading.hub import is_hub_id, resolve_source
 from omni_core.models import quant
 from omni_core.models.invariant import PLAIN, use_plan
 from omni_core.models.config import CheckpointError, OmniConfig
 from omni_core.models.qwen3_tts.config import TTSConfig
-from omni_core.models.qwen3_omni.talker import Talker
-from omni_core.models.qwen3_omni.thinker import Thinker
 from omni_core.planner import store
-from omni_core.synthetic import presets, tiny, weights
+from omni_core.synthetic import tiny, weights
 from omni_core.synthetic import qwen3_tts as synthetic_tts
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -59,7 +61,7 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
     dev = resolve_device(device)
     if quantize is not None and dev.type != "cpu":
         raise CheckpointError(f"quantize={quantize!r} runs on the CPU's int8 kernel; on {dev} load bfloat16 instead")
-    modules = qwen3_tts.build_modules(src.cfg) if src.tts else build_modules(src.cfg)
+    modules = src.family.build_modules(src.cfg)
     dt, needs = choose_dtype(dtype, src.cfg, dev, lambda dt: src.needs_at(modules, dt))
     free = memory.check(needs, dev, force)
     for m in modules.values():
@@ -78,10 +80,10 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
 
 @dataclass
 class Source:
-    """What a source supplies before its weights: the config and tokenizer, and how to fill the modules."""
+    """What a source supplies before its weights: the config and tokenizer, and its family's part of the recipe."""
     cfg: OmniConfig | TTSConfig
     tokenizer: object
-    tts: bool  # a Qwen3-TTS model (else Qwen3-Omni)
+    family: ModuleType  # loading/qwen3_omni.py or loading/qwen3_tts.py (families/registry.py chose it)
     path: Path | None = None  # the checkpoint's directory (None: random weights)
     random: dict | None = None  # random_weights.parse's options for a 'random:' source
     started: float | None = None  # when loading began after a download (None: no download)
@@ -92,34 +94,29 @@ class Source:
 
     def needs_at(self, modules: dict[str, nn.Module], dt: torch.dtype) -> memory.MemoryPlan:
         """The memory the weights need at dtype `dt`."""
-        if self.drawn:
-            return random_weights.plan(modules, dt)
-        return qwen3_tts.plan(self.path, self.cfg, dt) if self.tts else memory.plan(self.path, dt)
+        return random_weights.plan(modules, dt) if self.drawn else self.family.plan(self.path, self.cfg, dt)
 
     def fill(self, modules: dict[str, nn.Module], device: torch.device, dt: torch.dtype) -> None:
         """Give the materialized modules their weights: drawn, or read from the checkpoint."""
         if self.drawn:
             weights.fill_random(modules, self.random["seed"])
-        elif self.tts:
-            qwen3_tts.load(modules, self.path, self.cfg, device, dt)
         else:
-            load_weights(modules, self.path)
+            self.family.load(modules, self.path, self.cfg, device, dt)
 
 
 def read_source(source: str | Path, revision: str | None) -> Source:
-    """The config and tokenizer of a 'random:' source, a directory or a hub id (downloaded first)."""
+    """The config and tokenizer of a 'random:' source, a directory or a hub id (downloaded first); the source's
+    family is asked here, once."""
     if random_weights.is_random(source):
         options = random_weights.parse(str(source))
-        tts = options["name"] in synthetic_tts.RANDOM
-        cfg = synthetic_tts.tts_config(options["name"], options["layers"]) if tts else presets.omni_config(options["layers"])
-        return Source(cfg, presets.build_tokenizer(), tts, random=options)
+        family = registry.of_random(options["name"]).loading
+        return Source(family.random_config(options["name"], options["layers"]), family.random_tokenizer(), family,
+                      random=options)
     path = resolve_source(source, revision)
     started = time.perf_counter()
-    if qwen3_tts.is_tts(path):
-        cfg = qwen3_tts.read_config(path)
-        tokenizer = qwen3_tts.load_text_tokenizer(path, from_hub=is_hub_id(str(source)))
-        return Source(cfg, tokenizer, True, path, started=started)
-    return Source(read_config(path), load_tokenizer(path), False, path, started=started)
+    family = registry.of_checkpoint(path).loading
+    tokenizer = family.load_text_tokenizer(path, from_hub=is_hub_id(str(source)))
+    return Source(family.read_config(path), tokenizer, family, path, started=started)
 
 
 def report_extras(modules: dict[str, nn.Module], src: Source, dev: torch.device, dt: torch.dtype, dtype: str,
@@ -133,7 +130,7 @@ def report_extras(modules: dict[str, nn.Module], src: Source, dev: torch.device,
     if quantize:
         count = sum(isinstance(m, quant.QUANTIZED) for root in modules.values() for m in root.modules())
         report += f" · {quantize} weights: {count} matmuls, {saved / 1e9:.2f} GB less (the codec and embeddings in {str(dt).removeprefix('torch.')})"
-    elif dev.type == "cpu" and src.tts and (gain := quant.measured_gain(modules["talker"])):
+    elif dev.type == "cpu" and src.family.SUGGESTS_INT8 and (gain := quant.measured_gain(modules["talker"])):
         size = next(modules["talker"].parameters()).element_size()
         report += (f" · --quantize int8 reads a byte per weight instead of {size} (a one-row matmul here {gain:.1f}x as "
                    "fast; the codec stays as it is)")
@@ -141,12 +138,6 @@ def report_extras(modules: dict[str, nn.Module], src: Source, dev: torch.device,
         report += (f" (the checkpoint is {src.cfg.torch_dtype}; this CPU has no fast {src.cfg.torch_dtype} kernels, so auto "
                    f"chose float32: --dtype {src.cfg.torch_dtype} keeps it)")
     return report
-
-
-def build_modules(cfg: OmniConfig) -> dict[str, nn.Module]:
-    """The speech path's modules on the meta device (no storage yet)."""
-    with torch.device("meta"):
-        return {"thinker": Thinker(cfg.thinker), "talker": Talker(cfg), "code2wav": Code2Wav(cfg.codec)}
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
