@@ -2,7 +2,8 @@
 as HF tests its own ports: given the official greedy take, our per-frame log-probability of every code of
 every codebook (`Pipeline.score`) equals the official one (the distribution the official code computed while
 generating that take: tests/fidelity.py) within a measured tolerance; our decode of the same codes is allclose
-to the official audio. Tiny widths, both families, float32 and bfloat16.
+to the official audio. Tiny widths, both families, float32 and bfloat16 (the real widths: tests/test_real_width.py,
+tests/test_tts_real_width.py).
 
 Measured on the AMD EPYC (family 25, 1 thread), worst |Δ log p| over every cell:
   Qwen3-Omni tiny / tiny-b (HF transformers)  float32 3.4e-6 / 2.1e-6    bfloat16 0.031 / 0.016

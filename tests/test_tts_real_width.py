@@ -24,8 +24,9 @@ pytestmark = pytest.mark.slow
 
 REQUEST = dict(text="Hello there, this is a sentence at the real widths.", speaker="vivian", language="english",
                text_input="whole", max_frames=6)
-# |Δ log p| per cell, the default mode teacher-forced against the package (see the test for the measured values)
-TOLERANCE = {"float32": 1e-3, "bfloat16": 0.5}  # provisional
+# |Δ log p| per cell, the default mode teacher-forced against the package (6 frames, 96 cells a dtype). Measured
+# on an EPYC Zen 4: worst float32 6.2e-6 (mean 1.6e-6), bfloat16 0.032 (mean 0.007); the bounds are 5x and 3x that.
+TOLERANCE = {"float32": 3e-5, "bfloat16": 0.1}
 
 
 @functools.lru_cache(maxsize=None)
