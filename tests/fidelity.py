@@ -1,9 +1,11 @@
 """The official implementations' per-frame log-probabilities of a greedy take, captured while they generate it
-(teacher-forced scoring of the official codes is the official generation itself): for tests/test_fidelity.py.
+(teacher-forced scoring of the official codes is the official generation itself): for tests/test_fidelity.py
+(tiny widths) and the real-width tests (tests/test_real_width.py, tests/test_tts_real_width.py).
 
-`official_logprobs(logits0, logits, codes, pipe)`: the raw logits the official code computed (CB0 [T, V0], CB1..15
-[T, 15, V]) → log-probabilities [T, 16, V] of the distributions our engine draws from in greedy mode (CB0 after
-the repetition penalty and the suppressed ids, HF's processors, as omni_core.models.sampling applies them)."""
+`processed_logprobs(logits0, logits, codes, pipe, penalty)`: the raw logits the official code computed (CB0
+[T, V0], CB1..15 [T, 15, V]) → log-probabilities of the distributions our engine draws from in greedy mode (CB0
+after the repetition penalty and the suppressed ids, HF's processors, as omni_core.models.sampling applies them);
+`official_scores(...)`: the same, of the given codes only [T, 16], to compare with `Pipeline.score`."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import numpy as np
 import torch
 
 from omni_core.models.sampling import repetition_penalty, suppress
+
 
 def processed_logprobs(logits0: np.ndarray, logits: np.ndarray, codes: np.ndarray, pipe, penalty: float):
     """→ (CB0 log-probabilities [T, V0], CB1..15 log-probabilities [T, 15, V]), float64."""
@@ -37,3 +40,22 @@ def capture_hf(hf, run):
             h.remove()
     n = min(len(g) for g in got)
     return result, torch.stack(got0).numpy(), torch.stack([torch.stack(g[:n]) for g in got], 1).numpy()
+
+
+def given_logprobs(lp0: np.ndarray, lp: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Log-probabilities [T, V0], [T, 15, V] → those of the given codes [T, 16]."""
+    first = lp0[np.arange(len(codes)), codes[:, 0]][:, None]
+    return np.concatenate([first, np.take_along_axis(lp, codes[:, 1:, None], 2)[..., 0]], 1)
+
+
+def assert_audio_close(ours: np.ndarray, official: np.ndarray, dtype: str) -> None:
+    assert len(ours) == len(official)
+    if dtype == "float32":
+        np.testing.assert_allclose(ours, official, atol=1e-4, rtol=0)
+    else:  # bfloat16's rounding through the codec's deep stack (tests/test_tts_talker.py): measured 0.04-0.05
+        assert np.abs(ours - official).mean() < 0.1 * np.abs(official).mean()
+
+
+def official_scores(logits0: np.ndarray, logits: np.ndarray, codes: np.ndarray, pipe, penalty: float) -> np.ndarray:
+    """The official log-probability of each given code [T, 16] (float64), from the official raw logits."""
+    return given_logprobs(*processed_logprobs(logits0[:len(codes)], logits[:len(codes)], codes, pipe, penalty), codes)

@@ -2,7 +2,8 @@
 as HF tests its own ports: given the official greedy take, our per-frame log-probability of every code of
 every codebook (`Pipeline.score`) equals the official one (the distribution the official code computed while
 generating that take: tests/fidelity.py) within a measured tolerance; our decode of the same codes is allclose
-to the official audio. Tiny widths, both families, float32 and bfloat16.
+to the official audio. Tiny widths, both families, float32 and bfloat16 (the real widths: tests/test_real_width.py,
+tests/test_tts_real_width.py).
 
 Measured on the AMD EPYC (family 25, 1 thread), worst |Δ log p| over every cell:
   Qwen3-Omni tiny / tiny-b (HF transformers)  float32 3.4e-6 / 2.1e-6    bfloat16 0.031 / 0.016
@@ -24,24 +25,10 @@ import torch
 from omni_core import SpeechRequest
 
 from .conftest import our_pipeline
-from .fidelity import capture_hf, processed_logprobs
+from .fidelity import assert_audio_close, capture_hf, given_logprobs, processed_logprobs
 from .tts_oracle import SCORES, oracle, our_tts
 
 TOLERANCE = {"float32": 2e-5, "bfloat16": 0.1}  # |Δ log p| per cell, about 6x the worst measured
-
-
-def given_logprobs(lp0: np.ndarray, lp: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    """Log-probabilities [T, V0], [T, 15, V] → those of the given codes [T, 16]."""
-    first = lp0[np.arange(len(codes)), codes[:, 0]][:, None]
-    return np.concatenate([first, np.take_along_axis(lp, codes[:, 1:, None], 2)[..., 0]], 1)
-
-
-def assert_audio_close(ours: np.ndarray, official: np.ndarray, dtype: str) -> None:
-    assert len(ours) == len(official)
-    if dtype == "float32":
-        np.testing.assert_allclose(ours, official, atol=1e-4, rtol=0)
-    else:  # bfloat16's rounding through the codec's deep stack (tests/test_tts_talker.py): measured 0.04-0.05
-        assert np.abs(ours - official).mean() < 0.1 * np.abs(official).mean()
 
 
 @functools.lru_cache(maxsize=None)
