@@ -71,7 +71,11 @@ def test_auto_keeps_the_checkpoints_half_dtype_where_float32_would_not_fit(cfg, 
 
 
 def test_a_load_says_when_auto_chose_float32(monkeypatch):
+    from omni_core.loading import memory
+
     monkeypatch.setattr(recipe, "fast_on_cpu", lambda dtype: False)
+    # float32 fits (else auto keeps bfloat16, rightly): the machine's free memory is not this test's subject
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 64 * 2**30)
     loaded = recipe.load_model("random:qwen3-tts-0.6b?layers=1", device="cpu")
     assert loaded.dtype == torch.float32
     assert "the checkpoint is bfloat16; this CPU has no fast bfloat16 kernels, so auto chose float32" in loaded.report
