@@ -33,6 +33,10 @@ HOVER_FRAMES = 120  # up to this many frames: a heatmap with per-cell hover (≈
 LIVE_COLUMNS = 400  # live updates: at most this many image columns (frames are strided beyond)
 MAX_MARKS = 200  # edited-cell outlines drawn at most
 EDIT_COLOUR = "#f43f5e"
+# Confidence is drawn on a log scale, 10^LOG_FLOOR (clipped below) .. 1: a model's p(code) spans decades
+# (random weights give every code about 1/2048), and a linear scale draws everything under 0.1 black.
+LOG_FLOOR = -4
+LOG_TICKS = dict(tickvals=list(range(LOG_FLOOR, 1)), ticktext=["1e-4", "0.001", "0.01", "0.1", "1"])
 NO_CONFIDENCE = ("No confidence for these codes yet: they were not generated here (a recording, a codes file, or "
                  "an edit). Press Score this take to score them under the model")
 EMPTY_LINE_CHARS = 38  # an empty figure's message: ~270 px a line at 14 px
@@ -75,8 +79,8 @@ def heatmap(codes: np.ndarray | None, probs: np.ndarray | None = None, mismatch:
     if view == "confidence":
         if probs is None:
             return empty(NO_CONFIDENCE)
-        trace = go.Heatmap(z=probs.T, zmin=0.0, zmax=1.0, colorscale=CONFIDENCE_SCALE,
-                           colorbar=_colorbar("p(code)"), **common)
+        trace = go.Heatmap(z=log_p(probs).T, zmin=LOG_FLOOR, zmax=0, colorscale=CONFIDENCE_SCALE,
+                           colorbar=_colorbar("p(code), log", **LOG_TICKS), **common)
         title = f"{state}confidence p(code) · {T} frames · {seconds:.2f} s"
     elif view == "disagreement":
         if mismatch is None:
@@ -101,6 +105,11 @@ def heatmap(codes: np.ndarray | None, probs: np.ndarray | None = None, mismatch:
     return fig
 
 
+def log_p(probs: np.ndarray) -> np.ndarray:
+    """log10 of the probabilities, clipped to LOG_FLOOR..0 (what the confidence view draws)."""
+    return np.clip(np.log10(np.maximum(probs, 10.0 ** LOG_FLOOR)), LOG_FLOOR, 0)
+
+
 def _image_heatmap(codes, probs, mismatch, view, frame_s, codebook_size, live, edited) -> go.Figure:
     """The same views as one palette PNG (colours quantised to 256 levels), strided to LIVE_COLUMNS
     columns while live. Hover names the time and codebook; the inspector has the values."""
@@ -109,7 +118,7 @@ def _image_heatmap(codes, probs, mismatch, view, frame_s, codebook_size, live, e
     if view == "confidence":
         if probs is None:
             return empty(NO_CONFIDENCE)
-        levels, scale, zmax, label = np.clip(probs * 255, 0, 255), CONFIDENCE_SCALE, 1.0, "p(code)"
+        levels, scale, zmax, label = (1 - log_p(probs) / LOG_FLOOR) * 255, CONFIDENCE_SCALE, None, "p(code), log"
         title = f"{state}confidence p(code) · {T} frames · {T * frame_s:.2f} s"
     elif view == "disagreement":
         if mismatch is None:
@@ -161,10 +170,11 @@ def _palette(scale) -> list[int]:
 
 
 def _colorbar_trace(scale, zmax, label: str) -> go.Scatter:
-    """An invisible trace that draws the colour bar a PNG image cannot have."""
+    """An invisible trace that draws the colour bar a PNG image cannot have (zmax None: confidence's log scale)."""
+    low, high, ticks = (LOG_FLOOR, 0, LOG_TICKS) if zmax is None else (0, zmax, {})
     return go.Scatter(x=[None], y=[None], mode="markers", hoverinfo="skip", showlegend=False,
-                      marker=dict(colorscale=scale, cmin=0, cmax=zmax, color=[0], showscale=True,
-                                  colorbar=_colorbar(label)))
+                      marker=dict(colorscale=scale, cmin=low, cmax=high, color=[low], showscale=True,
+                                  colorbar=_colorbar(label, **ticks)))
 
 
 def time_axis(fig: go.Figure, seconds: float) -> None:

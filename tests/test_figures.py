@@ -35,13 +35,28 @@ def test_codes_heatmap_has_cb0_on_top_seconds_on_x_and_a_fixed_colour_range():
 def test_confidence_and_disagreement_views():
     codes, probs, mismatch = sample()
     confidence = figures.heatmap(codes, probs, mismatch, view="confidence").data[0]
-    assert (confidence.zmin, confidence.zmax) == (0.0, 1.0)
+    assert (confidence.zmin, confidence.zmax) == (-4, 0)  # log10 p, decades 1e-4 .. 1
+    np.testing.assert_allclose(confidence.z, np.log10(probs).T)
     agree = figures.heatmap(codes, probs, mismatch, view="disagreement")
     assert "nowhere" in agree.layout.title.text
     mismatch[1, 3] = True
     assert "in 1 of 80 codes" in figures.heatmap(codes, probs, mismatch, view="disagreement").layout.title.text
     not_compare = figures.heatmap(codes, probs, None, view="disagreement")
     assert "compare" in not_compare.layout.annotations[0].text
+
+
+def test_confidence_is_drawn_on_a_log_scale_clipped_at_its_floor():
+    codes, _, _ = sample()
+    probs = np.full(codes.shape, 1e-3, np.float32)
+    probs[0], probs[1] = 1.0, 1e-7  # certain, and below the floor
+    heat = figures.heatmap(codes, probs, view="confidence").data[0].z.T
+    assert heat[0].tolist() == [0] * 16 and heat[1].tolist() == [-4] * 16
+    np.testing.assert_allclose(heat[2], -3, rtol=1e-6)
+    # The PNG drawing (long or live takes): the same log scale as 256 levels
+    np.testing.assert_allclose(figures.log_p(probs)[:3, 0], [0, -4, -3], rtol=1e-6)
+    image = figures.heatmap(codes, probs, view="confidence", live=True)
+    colorbar = image.data[-1].marker
+    assert (colorbar.cmin, colorbar.cmax) == (-4, 0) and "log" in colorbar.colorbar.title.text
 
 
 def test_confidence_without_probabilities_says_why_in_both_drawings():
