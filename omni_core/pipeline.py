@@ -220,9 +220,9 @@ class Pipeline:
         log-probability and probability of every given code and its top-k alternatives (ids, probabilities),
         frame by frame and codebook by codebook, under the processed distributions the engine draws from: for a
         take this pipeline generated, the probabilities it reported (engine/score.py). In the engine's thread,
-        between its steps. keep: the whole distributions too (`Score.distributions`, float32 [T, 16, V]).
+        a frame at a time between its steps. keep: the whole distributions too (`Score.distributions`, float32 [T, 16, V]).
         Raises RequestError for codes of the wrong shape or range, or a bad request."""
-        from omni_core.engine.score import score
+        from omni_core.engine.score import scoring
 
         codes = np.asarray(codes)
         G, size = self.config.num_code_groups, self.config.codec.codebook_size
@@ -233,7 +233,11 @@ class Pipeline:
         if not 1 <= int(k) <= size:
             raise RequestError(f"k must be between 1 and {size}, got {k}")
         seq = self._sequence(request, None, overlap=False)
-        return self.engine.call(score, self.engine.runner, seq, codes.astype(np.int64), int(k), bool(keep))
+        parts = scoring(self.engine.runner, seq, codes.astype(np.int64), int(k), bool(keep))
+        # A frame per engine call: the requests being generated take their steps between a long take's frames
+        while (done := self.engine.call(next, parts)) is None:
+            pass
+        return done
 
     # ---- audio → codes → audio ----------------------------------------------------------------
 

@@ -104,3 +104,20 @@ def test_cli_scores_a_codes_file(tmp_path, capsys):
     np.testing.assert_allclose(np.exp(scores["logprobs"]), result.probs, rtol=1e-6)
     assert np.array_equal(scores["top_codes"], result.top_codes)
     assert main(["score", str(tmp_path / "missing.npy"), "--text", "x"]) == 2
+
+
+def test_a_long_score_lets_the_requests_being_generated_go_on_between_its_frames():
+    """The score runs a frame per engine call: the engine takes a step for the request it is generating
+    between each of the scored take's frames (a whole-take call held that request for the whole score)."""
+    pipe = our_pipeline("tiny")
+    take = pipe.generate(SpeechRequest("A take to score.", max_frames=12))
+    stream = pipe.stream(SpeechRequest("A long request beside the score.", max_frames=400))
+    try:
+        next(e for e in stream if type(e).__name__ == "Frame")  # it is speaking
+        before = pipe.engine.stepper.steps_taken
+        score = pipe.score(take.codes, SpeechRequest("A take to score.", max_frames=12))
+        steps = pipe.engine.stepper.steps_taken - before
+    finally:
+        stream.close()
+    assert steps >= len(take.codes), f"{steps} steps of the other request during a {len(take.codes)}-frame score"
+    assert_scores_are_the_reports(score, take)  # and the score is unchanged by them

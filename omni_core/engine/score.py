@@ -7,12 +7,15 @@ penalty and suppression for CB0; the request's temperature / top-k / top-p when 
 own settings for CB1..15), so for a take the engine generated, each given code's probability and its
 alternatives are the ones the engine reported (`Result.probs`, `top_codes`, `top_probs`), bit for bit in
 the default mode: the same calls at one row, and rows are batch-invariant. It runs in the engine's thread
-between steps, one frame at a time, as generation does.
+between steps, one frame at a time (`scoring` yields after the prompt and after each frame, and the
+pipeline hands each part to the engine as its own call), so the requests being generated go on between
+a long take's frames instead of waiting for the whole score.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -56,10 +59,23 @@ def _cell(probs: torch.Tensor, code: int, k: int) -> tuple[float, np.ndarray, np
     return float(probs[0, code]), top_ids[0].cpu().numpy(), top_probs[0].float().cpu().numpy()
 
 
-@torch.no_grad()
 def score(runner: Runner, seq: Sequence, codes: np.ndarray, k: int = TOP_K_ALTERNATIVES, keep: bool = False) -> Score:
-    """Teacher-forced scores of `codes` [T, 16] for the (checked) request in `seq`; in the engine's thread.
-    keep: the whole distributions too (`Score.distributions`)."""
+    """Teacher-forced scores of `codes` [T, 16] for the (checked) request in `seq`, all at once; in the engine's
+    thread. keep: the whole distributions too (`Score.distributions`)."""
+    for done in scoring(runner, seq, codes, k, keep):
+        if done is not None:
+            return done
+
+
+def scoring(runner: Runner, seq: Sequence, codes: np.ndarray, k: int = TOP_K_ALTERNATIVES,
+            keep: bool = False) -> Iterator[Score | None]:
+    """`score` in parts, each advanced in the engine's thread: None after the prompt and after each frame,
+    then the Score."""
+    with torch.no_grad():
+        yield from _scoring(runner, seq, codes, k, keep)
+
+
+def _scoring(runner: Runner, seq: Sequence, codes: np.ndarray, k: int, keep: bool) -> Iterator[Score | None]:
     m, req = runner.model, seq.req
     T, G = codes.shape
     runner.admit(seq, audio=False)
@@ -72,6 +88,7 @@ def score(runner: Runner, seq: Sequence, codes: np.ndarray, k: int = TOP_K_ALTER
     runner.start_talker(seq)
     while seq.talker_todo is not None:
         runner.prefill_talker(seq)
+    yield None
     cp = m.talker.code_predictor
     kind = "kv" if req.predictor == "kv" else "reprefill"  # the predictor whose codes a take reports
     predictor_sampling = cp.sampling if req.do_sample else GREEDY
@@ -104,8 +121,9 @@ def score(runner: Runner, seq: Sequence, codes: np.ndarray, k: int = TOP_K_ALTER
             x = embeds[-1][:, None] if cache is not None else torch.cat([x, embeds[-1][:, None]], dim=1)
         seq.codes.append(codes[t])
         seq.last_cb0, seq.last_embeds = cb0, torch.stack(embeds, 1)
+        yield None
     seq.release()
     with np.errstate(divide="ignore"):
         logprobs = np.log(probs)
-    return Score(codes.astype(np.int64), logprobs.astype(np.float32), probs, top_codes, top_probs,
-                 list(seq.prompt_ids), list(seq.reply.spoken), kept)
+    yield Score(codes.astype(np.int64), logprobs.astype(np.float32), probs, top_codes, top_probs,
+                list(seq.prompt_ids), list(seq.reply.spoken), kept)
