@@ -293,23 +293,23 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60) -> dict:
+def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60, eager: bool = False) -> dict:
     """N simultaneous speak-mode requests of `frames` frames on the tiny model (`page_mix`: the page's traffic),
-    for the batched
-    engine (eager and compiled, the codec in the engine's thread or in a process of its own) and, as the
+    for the batched engine (eager and compiled, the codec in the engine's thread or in a process of its own) and, as the
     baseline, the same engine serving one request at a time (max_batch=1: each request runs alone, the
-    rest wait). Rounds interleave the engines."""
+    rest wait). Rounds interleave the engines. eager: without the compiled engines (whose first warm-up
+    compiles every bucket's frames and steps: the better part of an hour on 2 cores)."""
     from omni_core.pipeline import load_pipeline
     from omni_core.request import SpeechRequest
 
     # the codec in a process of its own (engine/codec_process.py) on one of the cores, the engine on the rest
     split = dict(threads=max(1, torch.get_num_threads() - 1), codec_threads=1)
-    engines = {"batched eager": load_pipeline("tiny", device="cpu"),
-               "batched compiled": load_pipeline("tiny", device="cpu", compile=True),
-               "batched eager, codec process": load_pipeline("tiny", device="cpu", **split),
-               "batched compiled, codec process": load_pipeline("tiny", device="cpu", compile=True, **split),
-               # every request is taken, all of them may be in line at once (the default line is 4 x max_batch)
-               "one at a time eager": load_pipeline("tiny", device="cpu", max_batch=1, max_waiting=max(counts))}
+    ways = {"batched eager": {}, "batched compiled": dict(compile=True),
+            "batched eager, codec process": split, "batched compiled, codec process": dict(compile=True, **split),
+            # every request is taken, all of them may be in line at once (the default line is 4 x max_batch)
+            "one at a time eager": dict(max_batch=1, max_waiting=max(counts))}
+    engines = {name: load_pipeline("tiny", device="cpu", **options) for name, options in ways.items()
+               if not (eager and options.get("compile"))}
     for name, pipe in engines.items():
         if "compiled" in name:
             pipe.warm_up()
@@ -457,7 +457,7 @@ def cpu_name() -> str:
 
 
 def main(quick: bool = False, json_path: str = "bench_results/bench.json", gpu_only: bool = False,
-         only: list[str] | None = None) -> int:
+         only: list[str] | None = None, eager: bool = False) -> int:
     reps = 3 if quick else 7
     results: dict = {"machine": machine()}
     sections = [] if gpu_only else [
@@ -465,7 +465,7 @@ def main(quick: bool = False, json_path: str = "bench_results/bench.json", gpu_o
         ("b_predictor_real_size", lambda: bench_predictor(reps)),
         ("c_codec", lambda: bench_codec(reps)),
         ("d_stream_latency", lambda: bench_stream_latency(reps)),
-        ("f_concurrency", lambda: bench_concurrency(3 if quick else 5)),
+        ("f_concurrency", lambda: bench_concurrency(3 if quick else 5, eager=eager)),
         ("g_predictor_rows_real_size", lambda: bench_predictor_rows(reps)),
         ("h_lone_request", lambda: bench_lone_request(quick, json_path.replace(".json", "_h.json"))),
         ("i_tts_real_size", lambda: bench_tts(quick, json_path.replace(".json", "_i.json"))),

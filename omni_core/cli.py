@@ -47,10 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--quick", action="store_true", help="fewer repeats and sizes (a smoke run)")
     bench.add_argument("--json", default="bench_results/bench.json")
     bench.add_argument("--only", nargs="*", default=None, help="sections to run, by letter (e.g. f g)")
+    bench.add_argument("--eager", action="store_true", help="f: without the compiled engines (their first warm-up is long)")
     args = parser.parse_args(argv)
     if args.command == "bench":
         from benchmarks.bench import main as bench_main
-        return bench_main(quick=args.quick, json_path=args.json, only=args.only)
+        return bench_main(quick=args.quick, json_path=args.json, only=args.only, eager=args.eager)
     if args.command == "score":
         return _score(args)
     return _synth(args)
