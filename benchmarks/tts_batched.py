@@ -1,8 +1,9 @@
 """(l) Qwen3-TTS 0.6B at real size, many requests at once (issue 21's last goal).
 
 `random:qwen3-tts-0.6b` (random weights at the real widths), one pipeline per dtype, N simultaneous
-greedy requests of `frames` frames each (one thread per request, as Gradio runs them: bench (f)'s
-`run_concurrently`), the KV predictor. Per N: the aggregate frames/s (median over rounds), the
+requests of `frames` frames each (one thread per request, as Gradio runs them: bench (f)'s
+`run_concurrently`): `--mix page` (the default) as the page's traffic (bench (f)'s `page_mix`: half on the
+KV predictor, half on re-prefill, a third sampled), `--mix kv` all greedy on the KV predictor. Per N: the aggregate frames/s (median over rounds), the
 first-audio latencies pooled over rounds, and both as ratios to 1 at once. Rounds interleave the
 counts, so the machine's load drifts over all of them alike.
 
@@ -16,7 +17,7 @@ into its batch's kernel), "exact" (`exact=True`: one request at a time on plain 
 invariance).
 
     .venv/bin/python -m benchmarks.tts_batched [--quick] [--dtypes float32 bfloat16] [--counts 1 4 8]
-        [--ways default exact plain]
+        [--ways default exact plain] [--mix page kv]
 """
 
 from __future__ import annotations
@@ -24,19 +25,22 @@ from __future__ import annotations
 import argparse
 import gc
 
-from benchmarks.bench import machine, print_section, run_concurrently, summarize, write_results
+from benchmarks.bench import machine, page_mix, print_section, run_concurrently, summarize, write_results
 from omni_core import SpeechRequest, load_pipeline
 
 SOURCE = "random:qwen3-tts-0.6b"
 WAYS = {"default": {}, "exact": {"exact": True}, "plain": {"batch_invariant": False}}
 
 
-def requests(n: int, frames: int) -> list[SpeechRequest]:
+def requests(n: int, frames: int, mix: str = "page") -> list[SpeechRequest]:
+    if mix == "page":
+        return page_mix(n, frames)
     return [SpeechRequest(f"Listener number {i} is hearing this sentence right now.", max_frames=frames, seed=i,
                           predictor="kv") for i in range(n)]
 
 
-def bench_dtype(dtype: str, counts: tuple[int, ...], frames: int, repeats: int, ways=("default",)) -> dict:
+def bench_dtype(dtype: str, counts: tuple[int, ...], frames: int, repeats: int, ways=("default",),
+                mix: str = "page") -> dict:
     """{way: results} (the results alone for one way), the ways' pipelines loaded together, rounds interleaved."""
     pipes = {way: load_pipeline(SOURCE, device="cpu", dtype=dtype, max_batch=max(counts), max_waiting=max(counts),
                                 **WAYS[way]) for way in ways}
@@ -47,7 +51,7 @@ def bench_dtype(dtype: str, counts: tuple[int, ...], frames: int, repeats: int, 
         for _ in range(repeats):
             for way, pipe in pipes.items():
                 for n in counts:
-                    runs[way, n].append(run_concurrently(pipe, requests(n, frames)))
+                    runs[way, n].append(run_concurrently(pipe, requests(n, frames, mix)))
         outs = {way: summarize_way({n: runs[way, n] for n in counts}, pipe) for way, pipe in pipes.items()}
         return outs if len(ways) > 1 else outs[ways[0]]
     finally:
@@ -81,13 +85,13 @@ def plans_used(pipe) -> dict[str, int]:
 
 
 def main(quick: bool = False, json_path: str = "bench_results/tts_batched.json", dtypes=("float32", "bfloat16"),
-         counts=(1, 4, 8), frames: int | None = None, ways=("default",)) -> dict:
+         counts=(1, 4, 8), frames: int | None = None, ways=("default",), mix: str = "page") -> dict:
     frames = frames or (8 if quick else 16)
     repeats = 1 if quick else 3
-    results = {"machine": machine(), "source": SOURCE, "frames": frames, "repeats": repeats}
+    results = {"machine": machine(), "source": SOURCE, "frames": frames, "repeats": repeats, "mix": mix}
     for dtype in dtypes:
         print(f"-- {dtype}", flush=True)
-        results[dtype] = bench_dtype(dtype, tuple(counts), frames, repeats, tuple(ways))
+        results[dtype] = bench_dtype(dtype, tuple(counts), frames, repeats, tuple(ways), mix)
         print_section("l", results[dtype])
     write_results(results, json_path)
     return results
@@ -100,6 +104,7 @@ if __name__ == "__main__":
     parser.add_argument("--counts", nargs="*", type=int, default=[1, 4, 8])
     parser.add_argument("--frames", type=int, default=None, help="frames per request (default 16; --quick 8)")
     parser.add_argument("--ways", nargs="*", default=["default"], choices=list(WAYS))
+    parser.add_argument("--mix", default="page", choices=["page", "kv"])
     parser.add_argument("--json", default="bench_results/tts_batched.json")
     args = parser.parse_args()
-    main(args.quick, args.json, args.dtypes, args.counts, args.frames, args.ways)
+    main(args.quick, args.json, args.dtypes, args.counts, args.frames, args.ways, args.mix)
