@@ -78,13 +78,11 @@ class Runner:
 
     def prefill_thinker(self, seq: Sequence) -> int:
         """The next piece of the thinker's prompt; after the last, the reply's first token. → positions run."""
-        m = self.model
-        piece, seq.thinker_todo = self._cut(seq.thinker_todo)
-        if seq.thinker_todo is not None:  # only the last piece's last position is read
-            m.thinker.model(m.thinker.embed(piece), seq.thinker_cache, seq.thinker_cache.length)
-        else:
-            self.take_token(seq, m.thinker(piece, seq.thinker_cache)[:, -1])
-        return piece.shape[1]
+        n = min(self.prefill_chunk, seq.thinker_todo.shape[1])
+        (logits,) = self.prefill("thinker", [seq])
+        if logits is not None:
+            self.take_token(seq, logits)
+        return n
 
     def admit_tts(self, seq: Sequence, audio: bool = True) -> None:
         """Qwen3-TTS: the talker's prompt from the request (a clone's x-vector and reference codes
@@ -139,12 +137,40 @@ class Runner:
 
     def prefill_talker(self, seq: Sequence) -> int:
         """The next piece of the talker's prompt; after the last, the hidden state the first frame's CB0 is
-        read from. → positions run."""
-        piece, seq.talker_todo = self._cut(seq.talker_todo)
-        hidden = self.model.talker.model(piece, seq.talker_cache, seq.talker_cache.length)[:, -1]
-        if seq.talker_todo is None:
-            seq.hidden = hidden
-        return piece.shape[1]
+        read from (`seq.hidden`). → positions run."""
+        n = min(self.prefill_chunk, seq.talker_todo.shape[1])
+        self.prefill("talker", [seq])
+        return n
+
+    def prefill(self, stage: str, seqs: list[Sequence]) -> list[torch.Tensor | None]:
+        """The next piece of each request's prompt for `stage` ("thinker" or "talker") → per request, after its
+        thinker prompt's last piece the logits [1, V] its reply's first token is chosen from (`take_token`),
+        else None; after the talker prompt's last piece its first frame's hidden state is `seq.hidden`.
+        Several requests: one call, their pieces packed (`DecoderStack.prefill_rows`; each piece gets its own
+        call's floats); one: its own call, shaped as the official code shapes it (the logits from all its
+        positions), which is exact mode's. A call that raises leaves every request as it was."""
+        m, thinker = self.model, stage == "thinker"
+        stack = m.thinker.model if thinker else m.talker.model
+        cuts = [self._cut(s.thinker_todo if thinker else s.talker_todo) for s in seqs]
+        pieces = [m.thinker.embed(piece) if thinker else piece for piece, _ in cuts]
+        caches = [s.thinker_cache if thinker else s.talker_cache for s in seqs]
+        ends = [rest is None for _, rest in cuts]  # whose last piece this is
+        with lengths_kept_on_error(caches):
+            if len(seqs) == 1:
+                hidden = [stack(pieces[0], caches[0], caches[0].length)]
+                out = [m.thinker.lm_head(hidden[0])[:, -1] if thinker and ends[0] else hidden[0][:, -1]]
+            else:
+                hidden = stack.prefill_rows(pieces, caches)  # each [1, T, C]
+                out = [h[:, -1] for h in hidden]  # [1, C]
+                if thinker and any(ends):  # the reply's first tokens: one matmul of the last pieces' last rows
+                    logits = iter(m.thinker.lm_head(torch.cat([h for h, end in zip(out, ends) if end])).split(1))
+                    out = [next(logits) if end else None for end in ends]
+        for seq, (_, rest), last, end in zip(seqs, cuts, out, ends):
+            if thinker:
+                seq.thinker_todo = rest
+            else:
+                seq.talker_todo, seq.hidden = rest, (last if end else seq.hidden)
+        return [last if thinker and end else None for last, end in zip(out, ends)]
 
     def _cut(self, todo: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """A prompt's positions still to prefill [1, n, ...] → (the next piece, the rest; None when none)."""

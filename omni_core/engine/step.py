@@ -103,22 +103,35 @@ class Step:
             self.guard.run(seq, "thinker" if seq.req.mode == "chat" else "talker", [seq], self.runner.admit, seq)
 
     def prefill(self, seqs: list[Sequence], stage: str) -> None:
-        """The next pieces of these requests' prompts for `stage` ("thinker" or "talker"), request by request
-        in admission order, while the step's budget (`prefill_left`) lasts, one piece per request when the
-        budget applies (so a long prompt holds the speaking rows one piece's work a step, and a burst of
-        short ones starts together). Each piece is its request's own work (fails it alone); a request whose
-        last piece ran can decode in this same step."""
-        run = self.runner.prefill_thinker if stage == "thinker" else self.runner.prefill_talker
+        """The next pieces of these requests' prompts for `stage` ("thinker" or "talker"), one piece of each
+        request per call, all of a call's pieces packed into one model call (`Runner.prefill`). While the
+        step's budget (`prefill_left`) applies, one such call: the requests in admission order whose pieces
+        fit (so a long prompt holds the speaking rows one piece's work a step, and a burst of short ones
+        starts together); with no budget, calls until every prompt is read. Each piece is its request's own
+        work (a call that raises runs again request by request, and fails only those that fail alone); a
+        request whose last piece ran can decode in this same step."""
+        while batch := self.next_pieces(seqs, stage):
+            batch, out = self.guard.batched(stage, batch, lambda rows: self.runner.prefill(stage, rows))
+            for seq, logits in zip(batch, out):
+                if logits is not None:  # the thinker's prompt is read: the reply's first token
+                    self.guard.run(seq, "thinker", [seq], self.runner.take_token, seq, logits)
+            if self.prefill_left is not None:
+                return
+
+    def next_pieces(self, seqs: list[Sequence], stage: str) -> list[Sequence]:
+        """The requests whose next prompt piece runs in the next prefill call: every one with a piece left, or,
+        while the budget applies, those in admission order whose pieces fit what is left of it (spent here)."""
+        chosen = []
         for seq in seqs:
-            while not seq.finished and (todo := _todo(seq, stage)) is not None:
+            if seq.finished or (todo := _todo(seq, stage)) is None:
+                continue
+            if self.prefill_left is not None:
                 piece = min(self.runner.prefill_chunk, todo.shape[1])
-                if self.prefill_left is not None:
-                    if piece > self.prefill_left:
-                        return
-                    self.prefill_left -= piece
-                self.guard.run(seq, stage, [seq], run, seq)
-                if self.prefill_left is not None:
-                    break  # beside decoding rows a prompt runs one piece a step: the budget is for several prompts
+                if piece > self.prefill_left:
+                    break
+                self.prefill_left -= piece
+            chosen.append(seq)
+        return chosen
 
     def think(self, seqs: list[Sequence]) -> None:
         """One reply token for each chat request that needs one: one batched thinker step."""
