@@ -118,13 +118,14 @@ def test_eight_newcomers_prompts_run_as_one_model_call(preset):
     """Eight speaking requests arriving together at an idle engine: their talker prompts (one piece each) run
     as one talker call of 8 pieces, not 8 calls; three chat requests' thinker prompts as one thinker call."""
     pipe = our_pipeline(preset)
-    requests = [SpeechRequest(f"{TEXTS[i % 4]} Call {i}.", max_frames=2, seed=i) for i in range(8)]
+    short = [text for text in TEXTS if text != LONG]  # one piece each
+    requests = [SpeechRequest(f"{short[i % 3]} Call {i}.", max_frames=2, seed=i) for i in range(8)]
     with prefill_calls(pipe) as (calls, model_calls):
         results = [collect(s) for s in pipe.stream_together(requests)]
     assert [r.stats.frames for r in results] == [2] * 8
     assert model_calls["talker"] == [8], (model_calls, calls)  # a packed call of 8 pieces, no call of its own
     if preset == "tiny":
-        chats = [SpeechRequest(text, mode="chat", max_frames=2, max_text_tokens=3) for text in TEXTS[:3]]
+        chats = [SpeechRequest(text, mode="chat", max_frames=2, max_text_tokens=3) for text in short]
         with prefill_calls(pipe) as (calls, model_calls):
             [collect(s) for s in pipe.stream_together(chats)]
         assert model_calls["thinker"] == [3], (model_calls, calls)

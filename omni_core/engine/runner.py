@@ -1,10 +1,10 @@
 """`Runner`: the only place that calls the models.
 
 Per request: admission (prompts; for Qwen3-TTS the talker's prompt from the request, a clone's
-x-vector and reference codes), the prefills of the thinker's prompt (chat mode) and of the
-talker's, piece by piece (`prefill_chunk` positions: the engine runs a few pieces a step, so a
-long prompt cannot stall the rows already speaking), CB0 from the codec head's logits. Batched, for
-all rows at once: one thinker token, the talker's next inputs and one talker step (ragged cache
+x-vector and reference codes). Batched, for all rows at once: the next piece of each request's
+thinker prompt (chat mode) or talker prompt, packed into one call (`prefill`; pieces of
+`prefill_chunk` positions: the engine runs a few pieces a step, so a long prompt cannot stall the
+rows already speaking), one thinker token, the talker's next inputs and one talker step (ragged cache
 lengths), the codec head, and one code-predictor call per predictor kind. A row's floats do not depend on its
 neighbours: matmul rows are batch-invariant (`invariant.linear`), attention runs per row,
 each row samples from its own generators.
@@ -56,7 +56,7 @@ class Runner:
 
     def admit(self, seq: Sequence, audio: bool = True) -> None:
         """Prompts and codec stream (audio=False: none, for scoring); for chat mode the thinker's prompt to
-        prefill (`prefill_thinker`)."""
+        prefill (`prefill`)."""
         m, req = self.model, seq.req
         if m.prompts is not None:
             return self.admit_tts(seq, audio)
@@ -74,7 +74,7 @@ class Runner:
         seq.max_text_tokens = req.max_text_tokens or default_text_tokens(len(seq.prompt_ids))
         seq.thinker_cache = m.thinker.model.new_cache(1, len(seq.prompt_ids) + seq.max_text_tokens,
                                                       like=m.thinker.model.embed_tokens.weight)
-        seq.thinker_todo = torch.tensor([seq.prompt_ids], device=m.device)  # prefilled by `prefill_thinker`
+        seq.thinker_todo = torch.tensor([seq.prompt_ids], device=m.device)  # prefilled by `prefill`
 
     def prefill_thinker(self, seq: Sequence) -> int:
         """The next piece of the thinker's prompt; after the last, the reply's first token. → positions run."""
@@ -142,6 +142,13 @@ class Runner:
         self.prefill("talker", [seq])
         return n
 
+    def _cut(self, todo: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A prompt's positions still to prefill [1, n, ...] → (the next piece, the rest; None when none)."""
+        n = self.prefill_chunk
+        return todo[:, :n], (todo[:, n:] if todo.shape[1] > n else None)
+
+    # ---- all rows at once: each returns one result per row, so a failed call can be run again row by row
+
     def prefill(self, stage: str, seqs: list[Sequence]) -> list[torch.Tensor | None]:
         """The next piece of each request's prompt for `stage` ("thinker" or "talker") → per request, after its
         thinker prompt's last piece the logits [1, V] its reply's first token is chosen from (`take_token`),
@@ -171,13 +178,6 @@ class Runner:
             else:
                 seq.talker_todo, seq.hidden = rest, (last if end else seq.hidden)
         return [last if thinker and end else None for last, end in zip(out, ends)]
-
-    def _cut(self, todo: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """A prompt's positions still to prefill [1, n, ...] → (the next piece, the rest; None when none)."""
-        n = self.prefill_chunk
-        return todo[:, :n], (todo[:, n:] if todo.shape[1] > n else None)
-
-    # ---- all rows at once: each returns one result per row, so a failed call can be run again row by row
 
     def think(self, seqs: list[Sequence]) -> list[torch.Tensor]:
         """One thinker token for each row: logits [1, V] per row."""

@@ -10,12 +10,15 @@ rows' whole step. With codec processes (`codec_threads`, `codec_processes`), emi
 chunks' codes and their audio comes back while the next step runs (engine/codec_process.py,
 engine/codec_pool.py); the engine stays at most one step ahead of them.
 
-Prefills run piece by piece (`Runner.prefill_chunk` positions); while some row is decoding, a
-step runs at most `prefill_budget` prompt positions (whole pieces, in admission order; one piece
-per prompt, at least one piece), so a long prompt admitted mid-stream delays the others' next
-frame by one piece's work, not its whole prompt's, and a handful of short prompts arriving
-together all start in one step. With nothing decoding (requests arriving together at an idle
-engine) every piece runs.
+Prefills run piece by piece (`Runner.prefill_chunk` positions; the pieces depend on the prompt
+alone), one piece of each of several prompts packed into one model call (`Runner.prefill`: every
+matmul over all the pieces' rows, each piece's attention over its own cache, so each request gets
+its own prefill's floats). While some row is decoding, a step makes one such call per stage, of at
+most `prefill_budget` prompt positions (whole pieces, in admission order, at least one piece), so a
+long prompt admitted mid-stream delays the others' next frame by at most the budget's work, not its
+whole prompt's, and a handful of short prompts arriving together all start in one step and one
+call. With nothing decoding (requests arriving together at an idle engine) calls follow one another
+until every prompt is read.
 
 Whether a request ends is the scheduler's to say: at the step's start (`stop_reason`: cancelled,
 out of time, stalled) and within it (`done_reason`: nothing to speak, codec EOS, its last frame);
