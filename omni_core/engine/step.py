@@ -109,8 +109,8 @@ class Step:
         """The next pieces of these requests' prompts for `stage` ("thinker" or "talker"), one piece of each
         request per call, all of a call's pieces packed into one model call (`Runner.prefill`). While the
         step's budget (`prefill_left`) applies, one such call: the requests in admission order whose pieces
-        fit (so a long prompt holds the speaking rows one piece's work a step, and a burst of short ones
-        starts together); with no budget, calls until every prompt is read. Each piece is its request's own
+        fit (so the speaking rows wait at most the budget's work a step however long a prompt, and a burst
+        of short ones starts together); with no budget, calls until every prompt is read. Each piece is its request's own
         work (a call that raises runs again request by request, and fails only those that fail alone); a
         request whose last piece ran can decode in this same step."""
         while batch := self.next_pieces(seqs, stage):
