@@ -119,8 +119,8 @@ def holds(plan: Plan, weight: torch.Tensor, bias: torch.Tensor | None = None, se
           packed: torch.Tensor | None = None) -> bool:
     """Whether every row of every call of 1..PROBE_ROWS rows, at offsets 0 and 3 of random data, equals
     that row's own 1-row call under `plan`, bit for bit; and, for a narrow weight, so do PROBE_OUTPUTS
-    outputs' rows in calls of 2..PROBE_ROWS rows in turn (kernels that round alike but for rare last bits:
-    bfloat16's 1-row kernel gave 9 of 262,144 outputs of a 64x64 weight other bits than its 2-row one)."""
+    outputs' rows in calls of 2..PROBE_ROWS rows in turn (kernels that round alike but for rare last bits,
+    which 35 rows miss: BENCHMARKS.md, "Batch invariance: which rows share a kernel")."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     rows = max(PROBE_ROWS + 3, PROBE_OUTPUTS // weight.shape[0])
     X = torch.randn(rows, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
