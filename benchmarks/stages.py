@@ -1,7 +1,7 @@
 """Where an engine step's time goes: the engine's and the runner's methods timed while N requests run at once.
 
 Wraps `Step`'s parts (schedule, prefill, think, talk, choose_cb0, predict, emit; `run` is the step) and `Runner`'s calls
-(admit, prefill_talker, next_inputs, talk, choose_cb0, predict), and `output.add_frame` / `output.decode`,
+(admit, prefill, next_inputs, talk, choose_cb0, predict), and `output.add_frame` / `output.decode`,
 with timers, then runs N simultaneous speak-mode requests (bench (f)'s `run_concurrently`). Prints, per run, the
 milliseconds per engine step of each (and how many calls a step makes), and the first step alone (the newcomers'
 prompts, first frame and first audio). A profile, not a benchmark: the timers cost a little themselves.
@@ -23,7 +23,7 @@ from omni_core.engine import output, runner, step
 from omni_core.engine.threads import rest_engines
 
 ENGINE_PARTS = ("schedule", "prefill", "think", "talk", "choose_cb0", "predict", "emit", "step")
-RUNNER_CALLS = ("admit", "prefill_talker", "next_inputs", "talk", "choose_cb0", "predict")
+RUNNER_CALLS = ("admit", "prefill", "next_inputs", "talk", "choose_cb0", "predict")
 
 
 class Timers:

@@ -115,50 +115,6 @@ def test_concurrent_requests_equal_their_solo_runs(count):
         assert max(r.stats.batch_max for r in together) >= 2, "the requests never shared a step"
 
 
-@pytest.mark.parametrize("pieces", [1, 3])
-def test_a_long_prompt_admitted_mid_stream_is_prefilled_a_piece_a_step_beside_the_speaking_rows(pieces):
-    """While a row is speaking, a newcomer's long prompt runs one piece (`prefill_chunk` positions) a step,
-    whether the step's budget holds one piece or three, and the speaking row makes a frame in every one
-    of those steps; alone, the same prompt runs all its pieces in its first step. Both requests still equal
-    their solo runs."""
-    pipe = our_pipeline("tiny")
-    runner = pipe.engine.runner
-    first = SpeechRequest("Speaking already.", predictor="kv", max_frames=24)
-    long = SpeechRequest("A newcomer with a much longer text, so that its prompt is cut into many pieces "
-                         "and takes several steps to read.", max_frames=6)
-    log = []  # (step, positions run, frames the speaking rows had)
-    real = runner.prefill_talker
-
-    def logged(seq):
-        speaking = [len(s.codes) for s in pipe.engine.scheduler.running if s.talking]
-        n = real(seq)
-        log.append((pipe.engine.stepper.steps_taken, n, speaking))
-        return n
-
-    before = runner.prefill_chunk, pipe.engine.stepper.prefill_budget
-    runner.prefill_chunk, runner.prefill_talker, pipe.engine.stepper.prefill_budget = 6, logged, 6 * pieces
-    try:
-        solo_long = pipe.generate(long)
-        solo_steps = {step for step, _, _ in log}
-        assert len(log) > 3 * pieces and len(solo_steps) == 1, log  # alone: every piece in one step
-        solo_first = pipe.generate(first)
-        log.clear()
-        together = staggered(pipe, [first, long], after_frames=3)
-    finally:
-        runner.prefill_chunk, pipe.engine.stepper.prefill_budget = before
-        del runner.prefill_talker
-    newcomer = [(step, n, speaking) for step, n, speaking in log if speaking]
-    steps = [step for step, _, _ in newcomer]
-    per_step = [steps.count(step) for step in sorted(set(steps))]
-    assert len(per_step) > 3 and per_step == [1] * len(per_step), log  # one piece a step beside a speaker
-    assert all(n <= 6 for _, n, _ in newcomer)
-    frames = [log_speaking[0] for _, _, log_speaking in newcomer]
-    frames = [frames[steps.index(step)] for step in sorted(set(steps))]  # the speaker's frames, step by step
-    assert frames == list(range(frames[0], frames[0] + len(frames))), log  # the speaker kept a frame a step
-    assert_same(together[0], solo_first)
-    assert_same(together[1], solo_long)
-
-
 def test_a_newcomers_first_frame_and_audio_come_before_the_speaking_rows_step():
     """A request admitted mid-stream makes its first frame and first audio in calls of its own, before the
     speaking rows' frames of that step (not after their whole step); both still equal their solo runs."""

@@ -100,6 +100,33 @@ def test_a_fault_in_a_batched_call_fails_only_its_row(monkeypatch, caplog, call)
     assert "running its rows one at a time" in caplog.text  # the fault came in a call of several rows
 
 
+@pytest.mark.parametrize("stage", ["talker", "thinker"])
+def test_a_fault_in_a_packed_prefill_fails_only_its_request(monkeypatch, caplog, stage):
+    """The doomed request's prompt piece raises inside a packed prefill call (its last position reaches the
+    stack's final norm): the call runs again request by request, the doomed request fails alone, and the
+    requests whose pieces shared the call (greedy, sampled, chat) equal their solo runs."""
+    pipe = our_pipeline("tiny")
+    doomed = SpeechRequest("Doomed, with a prompt of its own.", mode="chat" if stage == "thinker" else "speak",
+                           max_frames=6, max_text_tokens=4)
+    solo = [pipe.generate(r) for r in GOOD]
+    norm = (pipe.thinker if stage == "thinker" else pipe.talker).model.norm
+    poison = first_inputs(norm, lambda: pipe.generate(doomed))[0][-1]  # call 0 is its prompt's: [T, C]
+    forward = norm.forward
+
+    def faulty(x, *args, **kwargs):
+        if any(torch.equal(row, poison) for row in x.reshape(-1, x.shape[-1])):
+            raise RuntimeError(f"fault in the {stage}'s prefill")
+        return forward(x, *args, **kwargs)
+
+    monkeypatch.setattr(norm, "forward", faulty)
+    streams = pipe.stream_together(GOOD + [doomed])  # taken in at one step: their prompts share a call
+    with pytest.raises(RuntimeError, match=f"fault in the {stage}'s prefill"):
+        collect(streams[-1])
+    for stream, want in zip(streams, solo):
+        assert_same(collect(stream), want)
+    assert f"a batched {stage} call of" in caplog.text  # the fault came in a call of several requests' pieces
+
+
 class Killed(BaseException):
     """Not an Exception: nothing in the step catches it, so it ends the engine's thread."""
 

@@ -1,10 +1,10 @@
 """`Runner`: the only place that calls the models.
 
 Per request: admission (prompts and codec stream, as the model's family admits a request:
-families/), the prefills of the thinker's prompt (chat mode) and of the
-talker's, piece by piece (`prefill_chunk` positions: the engine runs a few pieces a step, so a
-long prompt cannot stall the rows already speaking), CB0 from the codec head's logits. Batched, for
-all rows at once: one thinker token, the talker's next inputs and one talker step (ragged cache
+families/). Batched, for all rows at once: the next piece of each request's
+thinker prompt (chat mode) or talker prompt, packed into one call (`prefill`; pieces of
+`prefill_chunk` positions: the engine runs a few pieces a step, so a long prompt cannot stall the
+rows already speaking), one thinker token, the talker's next inputs and one talker step (ragged cache
 lengths), the codec head, and one code-predictor call per predictor kind. A row's floats do not depend on its
 neighbours: matmul rows are batch-invariant (`invariant.linear`), attention runs per row,
 each row samples from its own generators.
@@ -56,19 +56,16 @@ class Runner:
 
     def admit(self, seq: Sequence, audio: bool = True) -> None:
         """Prompts and codec stream (audio=False: none, for scoring), as the model's family admits a request
-        (families/): for chat mode the thinker's prompt to prefill (`prefill_thinker`), for Qwen3-TTS the
-        talker's."""
+        (families/): for chat mode the thinker's prompt to prefill (`prefill`), for Qwen3-TTS the talker's."""
         self.model.family.admit(self.model, seq, self.new_stream if audio else _no_stream)
 
     def prefill_thinker(self, seq: Sequence) -> int:
         """The next piece of the thinker's prompt; after the last, the reply's first token. → positions run."""
-        m = self.model
-        piece, seq.thinker_todo = self._cut(seq.thinker_todo)
-        if seq.thinker_todo is not None:  # only the last piece's last position is read
-            m.thinker.model(m.thinker.embed(piece), seq.thinker_cache, seq.thinker_cache.length)
-        else:
-            self.take_token(seq, m.thinker(piece, seq.thinker_cache)[:, -1])
-        return piece.shape[1]
+        n = min(self.prefill_chunk, seq.thinker_todo.shape[1])
+        (logits,) = self.prefill("thinker", [seq])
+        if logits is not None:
+            self.take_token(seq, logits)
+        return n
 
     def new_stream(self, prefix: torch.Tensor | None = None) -> CodecStream:
         """A request's codec stream, where the engine's codec decodes (engine/codec_stream.py: in its thread, or
@@ -98,12 +95,10 @@ class Runner:
 
     def prefill_talker(self, seq: Sequence) -> int:
         """The next piece of the talker's prompt; after the last, the hidden state the first frame's CB0 is
-        read from. → positions run."""
-        piece, seq.talker_todo = self._cut(seq.talker_todo)
-        hidden = self.model.talker.model(piece, seq.talker_cache, seq.talker_cache.length)[:, -1]
-        if seq.talker_todo is None:
-            seq.hidden = hidden
-        return piece.shape[1]
+        read from (`seq.hidden`). → positions run."""
+        n = min(self.prefill_chunk, seq.talker_todo.shape[1])
+        self.prefill("talker", [seq])
+        return n
 
     def _cut(self, todo: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """A prompt's positions still to prefill [1, n, ...] → (the next piece, the rest; None when none)."""
@@ -111,6 +106,36 @@ class Runner:
         return todo[:, :n], (todo[:, n:] if todo.shape[1] > n else None)
 
     # ---- all rows at once: each returns one result per row, so a failed call can be run again row by row
+
+    def prefill(self, stage: str, seqs: list[Sequence]) -> list[torch.Tensor | None]:
+        """The next piece of each request's prompt for `stage` ("thinker" or "talker") → per request, after its
+        thinker prompt's last piece the logits [1, V] its reply's first token is chosen from (`take_token`),
+        else None; after the talker prompt's last piece its first frame's hidden state is `seq.hidden`.
+        Several requests: one call, their pieces packed (`DecoderStack.prefill_rows`; each piece gets its own
+        call's floats); one: its own call, shaped as the official code shapes it (the logits from all its
+        positions), which is exact mode's. A call that raises leaves every request as it was."""
+        m, thinker = self.model, stage == "thinker"
+        stack = m.thinker.model if thinker else m.talker.model
+        cuts = [self._cut(s.thinker_todo if thinker else s.talker_todo) for s in seqs]
+        pieces = [m.thinker.embed(piece) if thinker else piece for piece, _ in cuts]
+        caches = [s.thinker_cache if thinker else s.talker_cache for s in seqs]
+        ends = [rest is None for _, rest in cuts]  # whose last piece this is
+        with lengths_kept_on_error(caches):
+            if len(seqs) == 1:
+                hidden = [stack(pieces[0], caches[0], caches[0].length)]
+                out = [m.thinker.lm_head(hidden[0])[:, -1] if thinker and ends[0] else hidden[0][:, -1]]
+            else:
+                hidden = stack.prefill_rows(pieces, caches)  # each [1, T, C]
+                out = [h[:, -1] for h in hidden]  # [1, C]
+                if thinker and any(ends):  # the reply's first tokens: one matmul of the last pieces' last rows
+                    logits = iter(m.thinker.lm_head(torch.cat([h for h, end in zip(out, ends) if end])).split(1))
+                    out = [next(logits) if end else None for end in ends]
+        for seq, (_, rest), last, end in zip(seqs, cuts, out, ends):
+            if thinker:
+                seq.thinker_todo = rest
+            else:
+                seq.talker_todo, seq.hidden = rest, (last if end else seq.hidden)
+        return [last if thinker and end else None for last, end in zip(out, ends)]
 
     def think(self, seqs: list[Sequence]) -> list[torch.Tensor]:
         """One thinker token for each row: logits [1, V] per row."""

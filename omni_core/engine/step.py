@@ -10,12 +10,15 @@ rows' whole step. With codec processes (`codec_threads`, `codec_processes`), emi
 chunks' codes and their audio comes back while the next step runs (engine/codec_process.py,
 engine/codec_pool.py); the engine stays at most one step ahead of them.
 
-Prefills run piece by piece (`Runner.prefill_chunk` positions); while some row is decoding, a
-step runs at most `prefill_budget` prompt positions (whole pieces, in admission order; one piece
-per prompt, at least one piece), so a long prompt admitted mid-stream delays the others' next
-frame by one piece's work, not its whole prompt's, and a handful of short prompts arriving
-together all start in one step. With nothing decoding (requests arriving together at an idle
-engine) every piece runs.
+Prefills run piece by piece (`Runner.prefill_chunk` positions; the pieces depend on the prompt
+alone), one piece of each of several prompts packed into one model call (`Runner.prefill`: every
+matmul over all the pieces' rows, each piece's attention over its own cache, so each request gets
+its own prefill's floats). While some row is decoding, a step makes one such call per stage, of at
+most `prefill_budget` prompt positions (whole pieces, in admission order, at least one piece), so a
+long prompt admitted mid-stream delays the others' next frame by at most the budget's work, not its
+whole prompt's, and a handful of short prompts arriving together all start in one step and one
+call. With nothing decoding (requests arriving together at an idle engine) calls follow one another
+until every prompt is read.
 
 Whether a request ends is the scheduler's to say: at the step's start (`stop_reason`: cancelled,
 out of time, stalled) and within it (`done_reason`: nothing to speak, codec EOS, its last frame);
@@ -101,22 +104,35 @@ class Step:
             self.guard.run(seq, "thinker" if seq.req.mode == "chat" else "talker", [seq], self.runner.admit, seq)
 
     def prefill(self, seqs: list[Sequence], stage: str) -> None:
-        """The next pieces of these requests' prompts for `stage` ("thinker" or "talker"), request by request
-        in admission order, while the step's budget (`prefill_left`) lasts, one piece per request when the
-        budget applies (so a long prompt holds the speaking rows one piece's work a step, and a burst of
-        short ones starts together). Each piece is its request's own work (fails it alone); a request whose
-        last piece ran can decode in this same step."""
-        run = self.runner.prefill_thinker if stage == "thinker" else self.runner.prefill_talker
+        """The next pieces of these requests' prompts for `stage` ("thinker" or "talker"), one piece of each
+        request per call, all of a call's pieces packed into one model call (`Runner.prefill`). While the
+        step's budget (`prefill_left`) applies, one such call: the requests in admission order whose pieces
+        fit (so the speaking rows wait at most the budget's work a step however long a prompt, and a burst
+        of short ones starts together); with no budget, calls until every prompt is read. Each piece is its request's own
+        work (a call that raises runs again request by request, and fails only those that fail alone); a
+        request whose last piece ran can decode in this same step."""
+        while batch := self.next_pieces(seqs, stage):
+            batch, out = self.guard.batched(stage, batch, lambda rows: self.runner.prefill(stage, rows))
+            for seq, logits in zip(batch, out):
+                if logits is not None:  # the thinker's prompt is read: the reply's first token
+                    self.guard.run(seq, "thinker", [seq], self.runner.take_token, seq, logits)
+            if self.prefill_left is not None:
+                return
+
+    def next_pieces(self, seqs: list[Sequence], stage: str) -> list[Sequence]:
+        """The requests whose next prompt piece runs in the next prefill call: every one with a piece left, or,
+        while the budget applies, those in admission order whose pieces fit what is left of it (spent here)."""
+        chosen = []
         for seq in seqs:
-            while not seq.finished and (todo := _todo(seq, stage)) is not None:
+            if seq.finished or (todo := _todo(seq, stage)) is None:
+                continue
+            if self.prefill_left is not None:
                 piece = min(self.runner.prefill_chunk, todo.shape[1])
-                if self.prefill_left is not None:
-                    if piece > self.prefill_left:
-                        return
-                    self.prefill_left -= piece
-                self.guard.run(seq, stage, [seq], run, seq)
-                if self.prefill_left is not None:
-                    break  # beside decoding rows a prompt runs one piece a step: the budget is for several prompts
+                if piece > self.prefill_left:
+                    break
+                self.prefill_left -= piece
+            chosen.append(seq)
+        return chosen
 
     def think(self, seqs: list[Sequence]) -> None:
         """One reply token for each chat request that needs one: one batched thinker step."""

@@ -1,5 +1,6 @@
 """A decoder layer (attention, then a dense MLP or the sparse MoE) and the stack of them that the
-thinker, talker and code predictor are: prefill, and one token for each of several requests with
+thinker, talker and code predictor are: prefill, the prompt pieces of several requests with their own
+caches packed into one call (`prefill_rows`, eager), and one token for each of several requests with
 their own caches (`decode_rows`: eager, or one compiled call for all the rows)."""
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ class DecoderLayer(nn.Module):
     def decode_rows(self, h, cos, sin, caches: list[KVCache]):
         h = h + self.self_attn.decode_rows(self.input_layernorm(h), cos, sin, caches, self.index)
         return h + self.mlp(self.post_attention_layernorm(h))
+
+    def prefill_rows(self, h, cos, sin, caches: list[KVCache], sizes: list[int]):
+        h = h + self.self_attn.prefill_rows(self.input_layernorm(h), cos, sin, caches, sizes, self.index)
+        x = self.post_attention_layernorm(h)
+        return h + (self.mlp(x, sizes) if isinstance(self.mlp, SparseMoe) else self.mlp(x))
 
 
 class DecoderStack(nn.Module):
@@ -75,6 +81,23 @@ class DecoderStack(nn.Module):
         for cache in caches:
             cache.advance(1)
         return h
+
+    def prefill_rows(self, pieces: list[torch.Tensor], caches: list[KVCache]) -> list[torch.Tensor]:
+        """The next prompt piece of each of several requests with their own caches, in one call:
+        pieces[b] [1, T_b, C] at positions caches[b].length.. → each one's normed hidden [1, T_b, C].
+        The pieces are packed into one sequence [1, ΣT, C]: every matmul runs over all its rows at once
+        (batch-invariant: a row's bits do not depend on the call's rows) and each piece attends over its own
+        cache only, so a piece's floats are those of its own `forward`. Eager (prompts are not compiled)."""
+        sizes = [p.shape[1] for p in pieces]
+        tables = [self.rope.table(c.length, T, pieces[0].device, pieces[0].dtype) for c, T in zip(caches, sizes)]
+        cos, sin = (torch.cat([t[i] for t in tables]) for i in (0, 1))  # [ΣT, D]
+        h = torch.cat(pieces, dim=1)
+        for layer in self.layers:
+            h = layer.prefill_rows(h, cos, sin, caches, sizes)
+        h = self.norm(h)
+        for cache, T in zip(caches, sizes):
+            cache.advance(T)
+        return list(h.split(sizes, dim=1))
 
     def row_tables(self, caches: list[KVCache], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The rotary cos, sin [B, 1, 1, D] of each row's next position (caches[b].length): new tensors."""

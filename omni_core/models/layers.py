@@ -221,6 +221,19 @@ class Attention(nn.Module):
             rows.append(self.attend(q[b:b + 1], kb, vb))
         return self.o_proj(torch.cat(rows).transpose(1, 2).reshape(B, 1, -1))
 
+    def prefill_rows(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: list[KVCache],
+                     sizes: list[int], layer: int) -> torch.Tensor:
+        """Several requests' prompt pieces packed into one sequence, each with its own cache: x [1, N, C]
+        (piece b: sizes[b] positions, N their sum), cos/sin [N, D]. Projections run over all N rows; each
+        piece attends over exactly its own past and, causally, itself: the floats of its own `forward`."""
+        q, k, v = self.project(x, cos, sin)  # [1, H, N, D], [1, KVH, N, D]
+        out, at = [], 0
+        for cache, T in zip(caches, sizes):
+            kb, vb = cache.update(layer, k[:, :, at:at + T], v[:, :, at:at + T])
+            out.append(self.attend(q[:, :, at:at + T], kb, vb))
+            at += T
+        return self.o_proj(torch.cat(out, dim=2).transpose(1, 2).reshape(1, at, -1))
+
 
 class MLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int):

@@ -113,7 +113,9 @@ class SparseMoe(nn.Module):
         else:
             self.shared_expert = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, sizes: list[int] | None = None) -> torch.Tensor:
+        """x [B, T, C] → [B, T, C]. sizes: x [1, ΣT, C] packs several requests' prompt pieces of these lengths
+        (`DecoderStack.prefill_rows`); each piece's gate sigmoid is then its own call, as alone."""
         B, T, C = x.shape
         flat = x.reshape(-1, C)
         # Decoding (a token per row) in a compiled graph, or several rows on a GPU: no host reads
@@ -128,5 +130,11 @@ class SparseMoe(nn.Module):
                 # code, whose exp rounds otherwise: a row would get other bits alone than beside others. Over
                 # [N, C] every row's sigmoid is the same vector code.
                 gate = gate.expand(-1, C)
-            out = out + torch.sigmoid(gate) * self.shared_expert(flat)
+            if sizes is not None:
+                # ATen's sigmoid of an [N, 1] tensor takes vector code for some rows and scalar code for others
+                # (by where a row falls in the call), whose exp rounds otherwise: a piece's rows get its own call's.
+                gate = torch.cat([torch.sigmoid(g) for g in gate.split(sizes)])
+            else:
+                gate = torch.sigmoid(gate)
+            out = out + gate * self.shared_expert(flat)
         return out.view(B, T, C)

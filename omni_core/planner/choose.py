@@ -32,7 +32,7 @@ ATEN_ONLY = frozenset({Kernel.ATEN})
 NO_PACKING = frozenset({Kernel.ATEN, Kernel.SERIAL})
 ALL_KERNELS = frozenset(Kernel)
 TIMED_BYTES = 4 * 2**20  # weights this large choose their plan by timing: the kernel, not the calls, costs there
-RULE = 9  # the way plans are chosen; a change of it makes every machine choose its plans again (store.py)
+RULE = 11  # the way plans are chosen; a change of it makes every machine choose its plans again (store.py)
 
 Key = tuple  # (shape, dtype, device type, bias?, kernels): what a plan depends on besides the machine
 
