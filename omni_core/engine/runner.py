@@ -145,11 +145,18 @@ class Runner:
             return list(self.model.thinker.decode_rows(ids, caches).split(1))
 
     def talk(self, seqs: list[Sequence]) -> list[torch.Tensor]:
-        """One talker step for every row → each row's hidden state [1, C] for its next frame."""
+        """One talker step for every row → each row's hidden state [1, C] for its next frame (`seq.hidden`)."""
         caches = [s.talker_cache for s in seqs]
         with lengths_kept_on_error(caches):
             hidden = self.model.talker.model.decode_rows(self.next_inputs(seqs), caches)  # [B, 1, C]
-        return list(hidden[:, -1].split(1))
+        rows = list(hidden[:, -1].split(1))
+        for seq, row in zip(seqs, rows):
+            seq.hidden = row
+        return rows
+
+    def frame_made(self, seq: Sequence) -> None:
+        """The frame is out: its hidden state is spent (the row's next frame takes a talker step first)."""
+        seq.hidden = None
 
     def next_inputs(self, seqs: list[Sequence]) -> torch.Tensor:
         """The talker's next input for every row [B, 1, C]: the last frame's summed codec embedding plus text

@@ -16,9 +16,9 @@ Each part has one writer, and every writer but the caller's runs in the engine's
     the family adapter)       thinker_todo (chat), talker_prompt (Qwen3-TTS), decoder (the codec stream)
   the runner                the models' state as they advance: the reply's tokens, last_token, shown,
                               thinker_cache (dropped when the reply ends), talker_cache, the todos (each
-                              prefill takes its piece), hidden (after the talker's prompt), history, the
-                              generators' states, stats.cuda_graph
-  the step (step.py)        hidden: a batched talker step's row, emptied once its frame is made
+                              prefill takes its piece), hidden (after the talker's prompt or a talker step;
+                              emptied once its frame is made: `frame_made`), history, the generators'
+                              states, stats.cuda_graph
   the guard (guard.py)      spent, step_spent (each call's seconds; reset as a step begins)
   output.py                 the frame's results (codes, probs, top_codes, top_probs, batches, mismatches,
                               last_cb0, last_embeds, pending), the audio (chunks_sent, audio, codec_error,

@@ -146,10 +146,7 @@ class Step:
         for seq in self.finish_done([s for s in seqs if s.talker_cache is None]):
             self.guard.run(seq, "talker", [seq], self.runner.start_talker, seq)
         self.prefill([s for s in seqs if s.talker_todo is not None and not s.finished], "talker")
-        going, hidden = self.guard.batched("talker", [s for s in seqs if s.talking and s.hidden is None],
-                                           self.runner.talk)
-        for seq, h in zip(going, hidden):
-            seq.hidden = h
+        self.guard.batched("talker", [s for s in seqs if s.talking and s.hidden is None], self.runner.talk)
         return [s for s in seqs if s.talking and not s.finished]
 
     def choose_cb0(self, seqs: list[Sequence]):
@@ -177,7 +174,7 @@ class Step:
             talker_ms, predictor_ms = (1000 * seq.step_spent[k] for k in ("talker", "predictor"))
             self.guard.run(seq, "codec", [], output.add_frame, seq, *cb0[seq], predicted[seq, main], other,
                            talker_ms, predictor_ms, len(seqs), self.model)
-            seq.hidden = None
+            self.runner.frame_made(seq)
         due = [s for s in seqs if not s.finished and output.audio_due(s)]
         codec, firsts = self.runner.codec, any(s.chunks_sent == 0 for s in due)
         if due:  # the codec keeps at most one step behind
