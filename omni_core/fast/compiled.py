@@ -22,6 +22,7 @@ BENCHMARKS.md, "Compiled start-up", and docs/benchmarks-history.md (j), (n).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
@@ -163,12 +164,16 @@ class CompiledPredictors:
         noise = torch.ones(G - 1, size, V, device=device)
         return h, e0, noise, torch.ones(size, dtype=torch.bool, device=device)
 
-    def warm_up(self, max_rows: int, report=None) -> None:
-        """Load (or build) every frame a batch of up to `max_rows` rows uses, greedy-only and for every mix:
-        the KV predictor's per bucket, the re-prefill predictor's 1-row frame."""
+    def pieces(self, max_rows: int) -> list:
+        """What `warm_up` loads or builds, in its order: a call per frame (taking report) that a batch of up to
+        `max_rows` rows uses, greedy-only and for every mix: the KV predictor's per bucket, the re-prefill
+        predictor's 1-row frame."""
         weight = self.cp.model.codec_embedding[0].weight  # its dtype and device (a head may be int8)
-        for size in buckets_up_to(max_rows):
-            for name in self.FNS:
-                for sampling in SAMPLINGS:
-                    if size == 1 or name not in ROW_BY_ROW:
-                        self.frame(name, sampling, size, weight.dtype, weight.device, report)
+        return [functools.partial(self.frame, name, sampling, size, weight.dtype, weight.device)
+                for size in buckets_up_to(max_rows) for name in self.FNS for sampling in SAMPLINGS
+                if size == 1 or name not in ROW_BY_ROW]
+
+    def warm_up(self, max_rows: int, report=None) -> None:
+        """Load (or build) every frame a batch of up to `max_rows` rows uses (`pieces`)."""
+        for piece in self.pieces(max_rows):
+            piece(report)

@@ -16,6 +16,7 @@ Eager is the reference; compiled must give the same codes (tests/test_compiled.p
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -164,11 +165,15 @@ class CompiledSteps:
         finally:
             stack.rows_step = saved
 
+    def pieces(self, max_rows: int) -> list:
+        """What `warm_up` loads or builds: a call (taking report) per bucket a batch of up to `max_rows` rows uses."""
+        like = self.stack.norm.weight
+        return [functools.partial(self.step, size, like.dtype, like.device) for size in buckets_up_to(max_rows)]
+
     def warm_up(self, max_rows: int, report=None) -> None:
         """Load (or build) the step of every bucket a batch of up to `max_rows` rows uses."""
-        like = self.stack.norm.weight
-        for size in buckets_up_to(max_rows):
-            self.step(size, like.dtype, like.device, report)
+        for piece in self.pieces(max_rows):
+            piece(report)
 
 
 def compile_steps(stack: DecoderStack) -> CompiledSteps:
