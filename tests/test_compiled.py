@@ -35,23 +35,24 @@ def compiled_pipeline(preset: str, backwards: bool = False):
     builds the pieces in the opposite order (`warm_up_backwards`)."""
     pipe = load_pipeline(preset, device="cpu", compile=True, max_batch=4)
     if preset == "tiny":
+        report = functools.partial(print, f"{preset} warm-up{' backwards' if backwards else ''}:", file=sys.stderr)
         before = counters["stats"]["unique_graphs"]
         if backwards:
-            warm_up_backwards(pipe)
-        pipe.warm_up()
+            warm_up_backwards(pipe, report)
+        pipe.warm_up(report)  # what it compiled or loaded, and how long each took (pytest -s shows it)
         built = pipe.predictors.compiled.built + sum(steps.built for steps in pipe.steps)
         WARM_UP_GRAPHS[preset, backwards] = counters["stats"]["unique_graphs"] - before - built
     return pipe
 
 
-def warm_up_backwards(pipe) -> None:
+def warm_up_backwards(pipe, report) -> None:
     """Load or build the predictor frames and decode steps `warm_up` does, in the opposite order. The suite's
     two workers start test_compiled.py and test_compiled_batches.py together, cold: each builds the pieces
     the other builds last, and waits for and loads those the other is building (packages.building), so
     the two split the compiling between them instead of each doing all of it."""
     frames = [torch.no_grad()(frame) for frame in pipe.predictors.compiled.pieces(4)]  # as Pipeline.warm_up
     for piece in reversed(frames + [step for steps in pipe.steps for step in steps.pieces(4)]):
-        pipe.call(piece, None)
+        pipe.call(piece, report)
 
 
 # The KV frame per bucket, the re-prefill frame at 1 row (ROW_BY_ROW); each greedy-only and for every mix
