@@ -16,7 +16,7 @@ from tests.conftest import our_pipeline
 from tests.test_compiled import STEPS_UP_TO_4, compiled_pipeline, request
 
 
-def compiled():
+def compiled_tiny():
     """test_compiled.py's compiled tiny pipeline (max_batch 4, warmed up), its pieces loaded or built backwards."""
     return compiled_pipeline("tiny", backwards=True)
 
@@ -26,7 +26,7 @@ def test_the_greedy_frame_gives_what_the_frame_for_every_mix_gives_a_greedy_row(
     """A greedy request runs the greedy-only frame alone and the frame for every mix beside a sampled
     request: the same codes, probabilities, embeddings and top-5 either way (bit for bit: the app shows
     the probabilities, and a row's frame must not depend on its neighbours)."""
-    frames = compiled().predictors.compiled
+    frames = compiled_tiny().predictors.compiled
     cp, G = frames.cp, frames.cp.num_code_groups
     size = 1 if name == "reprefill" else 4
     torch.manual_seed(0)
@@ -47,7 +47,7 @@ def test_the_greedy_frame_gives_what_the_frame_for_every_mix_gives_a_greedy_row(
 
 def test_a_greedy_batch_runs_the_greedy_frame_and_a_mixed_one_the_frame_for_every_mix():
     """Which package the engine calls: counted by wrapping the loaded frames."""
-    pipe = compiled()
+    pipe = compiled_tiny()
     frames, calls = pipe.predictors.compiled, collections.Counter()
     loaded = dict(frames.frames)
 
@@ -83,9 +83,9 @@ def test_compiled_decoding_really_runs_compiled():
     """The codes above would also match if compile silently fell back to eager; here the eager
     ops must be gone: decoding dispatches aten::rms_norm per layer per step, compiled fuses it."""
     req = request("kv", frames=24)
-    compiled().generate(req)  # compiled by now
+    compiled_tiny().generate(req)  # compiled by now
     eager = eager_op_calls(our_pipeline("tiny"), req, "aten::rms_norm")
-    compiled = eager_op_calls(compiled(), req, "aten::rms_norm")
+    compiled = eager_op_calls(compiled_tiny(), req, "aten::rms_norm")
     assert eager > 24 * 15 * 2  # every predictor step of every frame, two layers
     assert compiled < eager / 20, (compiled, eager)  # what is left: the prefills
 
@@ -95,7 +95,7 @@ def test_concurrent_compiled_requests_equal_their_solo_runs():
     mid-utterance, each give exactly the codes they give alone (on this compiled pipeline)."""
     from tests.test_engine import MIX, assert_same, staggered
 
-    pipe = compiled()
+    pipe = compiled_tiny()
     requests = MIX[:6]
     solo = [pipe.generate(r) for r in requests]
     together = staggered(pipe, requests)
@@ -109,7 +109,7 @@ def test_one_compiled_decode_call_per_step_for_all_rows():
     row; staggered caches (other lengths and capacities in one call) run the same compiled step."""
     from tests.test_engine import collect
 
-    pipe = compiled()
+    pipe = compiled_tiny()
     talker = pipe.talker.model.rows_step
     calls, original = [], talker._bucket
 
@@ -135,7 +135,7 @@ def test_each_row_of_a_compiled_step_gets_the_floats_it_gets_alone(name):
     one padded with a spare row) equals that row's call alone, bit for bit, with caches of other lengths.
     (Codes hide a last bit: inductor once computed the talker's [1, 1] shared-expert gate with scalar code
     alone and [N, 1] with vector code, and the codes stayed equal.)"""
-    pipe = compiled()
+    pipe = compiled_tiny()
     stack = getattr(pipe, name).model
     gen = torch.Generator().manual_seed(1)
     for rows in (4, 3) * 6:  # 42 rows: a last bit that differs only for some inputs must show
@@ -159,7 +159,7 @@ def test_each_row_of_a_compiled_step_gets_the_floats_it_gets_alone(name):
 def test_a_step_whose_guards_refuse_a_call_says_so():
     """A loaded step checks its guards at every call; every call the engine makes holds them (a free slot
     after the new position, grad mode off). A call that does not is refused with an error, never run."""
-    pipe = compiled()
+    pipe = compiled_tiny()
     stack = pipe.talker.model
     step = stack.rows_step.step(1, torch.float32, torch.device("cpu"))
     cache = stack.new_cache(1, 3, stack.norm.weight)

@@ -131,8 +131,8 @@ class CompiledPredictors:
         if frame is not None:
             return frame
         with packages.building(path):  # another process building it (a second worker): wait, then load it
-            if not found and path.exists():
-                frame = self._read(path, what, started, report)
+            if not found and path.exists():  # built meanwhile
+                frame = self._read(path, f"{what} (another process built it)", started, report)
                 if frame is not None:
                     return frame
             report(f"compiling {what} (a minute or more on 2 cores; kept in {path.parent} for the next start)")

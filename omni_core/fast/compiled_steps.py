@@ -106,8 +106,8 @@ class CompiledSteps:
         if step is not None:
             return step
         with packages.building(path):  # another process building it (a second worker): wait, then load it
-            if not found and path.exists():
-                step = self._read(path, what, started, report)
+            if not found and path.exists():  # built meanwhile
+                step = self._read(path, f"{what} (another process built it)", started, report)
                 if step is not None:
                     return step
             report(f"compiling {what} (tens of seconds on 2 cores; kept in {path.parent} for the next start)")
