@@ -196,10 +196,16 @@ class Pipeline:
         the predictor for every batch bucket up to max_batch, so that this happens now and not in a
         user's request. report(message), e.g. print: told what is compiled or loaded, and how long it took."""
         report = report or (lambda message: None)
-        started = time.perf_counter()
-        self.engine.call(torch.no_grad()(self.predictors.warm_up), self.engine.max_batch, report)
-        for stack_steps in self.steps:  # the thinker's and talker's decode step, per bucket of rows
-            self.engine.call(stack_steps.warm_up, self.engine.max_batch, report)
+        started, rows = time.perf_counter(), self.engine.max_batch
+        compiled = self.predictors.compiled
+        pieces = [torch.no_grad()(frame) for frame in (compiled.pieces(rows) if compiled else [])]
+        pieces += [step for stack_steps in self.steps for step in stack_steps.pieces(rows)]  # thinker's, talker's
+        if pieces:
+            report(f"{len(pieces)} compiled pieces to load (or, the first time, to compile: minutes): the predictor "
+                   f"frames and the decode steps for batches of up to {rows} rows")
+        for i, piece in enumerate(pieces, 1):  # "[3/18] compiling the kv predictor frame for 1 row, greedy ..."
+            self.engine.call(piece, lambda message, i=i: report(f"[{i}/{len(pieces)}] {message}"))
+        self.engine.call(torch.no_grad()(self.predictors.warm_up), rows, report)  # CUDA graphs (frames: done)
         mode = "chat" if self.abilities["chat"] else "speak"
         extra = {}
         if self.abilities["clone"]:  # a second of a tone: the clone path's encoders warm up too

@@ -31,8 +31,10 @@ PRESETS = ("tiny", "tiny-b")
 # workers first (scripts/test.sh runs pytest-xdist with --no-loadscope-reorder, which keeps this order):
 # otherwise xdist orders files by their number of tests, and a one-test file that compiles for minutes
 # started last, alone on one core.
-SLOW_FIRST = ("test_compiled.py", "test_compiled_threads.py", "test_compiled_shapes.py", "test_real_width.py",
-              "test_tts_real_width.py", "test_random_weights.py", "test_app_api_inspect.py")
+# test_compiled.py and test_compiled_batches.py first, one on each worker: they compile the tiny model's
+# frames and steps between them (test_compiled.warm_up_backwards).
+SLOW_FIRST = ("test_compiled.py", "test_compiled_batches.py", "test_compiled_shapes.py", "test_compiled_threads.py",
+              "test_real_width.py", "test_tts_real_width.py", "test_random_weights.py", "test_app_api_inspect.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -1,5 +1,5 @@
-"""Compiled decoding on the second preset's shapes, in a file of its own so that its frame builds
-beside test_compiled.py's (pytest-xdist gives each file to one worker)."""
+"""Compiled decoding on the second preset's shapes, in a file of its own so that the suite's two workers share
+the compiling (pytest-xdist gives each file to one worker; conftest's SLOW_FIRST)."""
 
 from __future__ import annotations
 

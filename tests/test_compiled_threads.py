@@ -1,6 +1,6 @@
 """Compiled predictor frames on 2 kernel threads (a Space's engine runs on every core): a row's floats are its
-own there too. Its own file, so that its two frames build on the other test worker while test_compiled.py
-builds its own."""
+own there too. Its own file, so that the suite's two workers share the compiling (conftest's SLOW_FIRST: after
+test_compiled_batches.py, while the other worker runs test_compiled.py and test_compiled_shapes.py)."""
 
 from __future__ import annotations
 

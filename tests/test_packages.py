@@ -156,3 +156,32 @@ def test_a_killed_process_leaves_no_extracted_package(built, tmp_path):
     with torch.no_grad():
         assert float(run.stdout) == pytest.approx(float(module(torch.ones(3, 8)).sum()), rel=1e-5)
     assert list(temp.iterdir()) == []
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from omni_core.fast import packages
+path = Path(sys.argv[1])
+with packages.building(path):
+    print("building", flush=True)
+    time.sleep(2)
+    path.write_bytes(b"built")
+"""
+
+
+def test_a_second_process_waits_for_the_first_ones_build(tmp_path):
+    """Two processes wanting one package (two test workers, two starts at once): the second waits until the
+    first has built it, then finds it (and loads it) instead of compiling it beside it."""
+    path = tmp_path / "frame.pt2"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]))
+    first = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().strip() == "building"
+        with packages.building(path):  # entered only once the first one is done
+            assert path.read_bytes() == b"built"
+        assert first.wait(timeout=60) == 0
+    finally:
+        first.kill()
+        first.stdout.close()
+    assert packages.prune(tmp_path, days=-1) == [path, tmp_path / ".frame.pt2.lock"]  # its lock file goes too

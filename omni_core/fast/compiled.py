@@ -22,6 +22,7 @@ BENCHMARKS.md, "Compiled start-up", and docs/benchmarks-history.md (j), (n).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
@@ -125,23 +126,34 @@ class CompiledPredictors:
         path = self.path(name, sampling, size, dtype, device)
         rows = f"{size} row{'s' if size > 1 else ''}"
         what = f"the {name} predictor frame for {rows}, {'greedy' if sampling == 'greedy' else 'any sampling'}"
-        started = time.perf_counter()
-        if path.exists():
-            try:
-                frame = packages.load(path)
-                self.loaded += 1
-                report(f"{what}: loaded in {time.perf_counter() - started:.1f} s")
-                return frame
-            except Exception as exc:  # a damaged file: build it again
-                report(f"{path.name} could not be loaded ({exc}); compiling it again")
-        report(f"compiling {what} (a minute or more on 2 cores; kept in {path.parent} for the next start)")
-        # The rotary table is built here, eagerly, so the traced frame reads a filled table cache.
-        self.cp.model.rope.table(0, self.cp.num_code_groups + 1, device, dtype)
-        module = SAMPLINGS[sampling](self.cp, self.FNS[name]).eval()
-        packages.build(module, self.example(sampling, size, dtype, device), path)
+        started, found = time.perf_counter(), path.exists()
+        frame = self._read(path, what, started, report) if found else None
+        if frame is not None:
+            return frame
+        with packages.building(path):  # another process building it (a second worker): wait, then load it
+            if not found and path.exists():  # built meanwhile
+                frame = self._read(path, f"{what} (another process built it)", started, report)
+                if frame is not None:
+                    return frame
+            report(f"compiling {what} (a minute or more on 2 cores; kept in {path.parent} for the next start)")
+            # The rotary table is built here, eagerly, so the traced frame reads a filled table cache.
+            self.cp.model.rope.table(0, self.cp.num_code_groups + 1, device, dtype)
+            module = SAMPLINGS[sampling](self.cp, self.FNS[name]).eval()
+            packages.build(module, self.example(sampling, size, dtype, device), path)
         self.built += 1
         report(f"{what}: compiled in {time.perf_counter() - started:.0f} s")
         return packages.load(path)
+
+    def _read(self, path, what: str, started: float, report):
+        """The package at `path`, loaded; None if it is damaged (then built again)."""
+        try:
+            frame = packages.load(path)
+        except Exception as exc:  # a damaged file: build it again
+            report(f"{path.name} could not be loaded ({exc}); compiling it again")
+            return None
+        self.loaded += 1
+        report(f"{what}: loaded in {time.perf_counter() - started:.1f} s")
+        return frame
 
     def example(self, sampling: str, size: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
         """Arguments of a `size`-row frame (their shapes and dtypes are what a package takes)."""
@@ -152,12 +164,16 @@ class CompiledPredictors:
         noise = torch.ones(G - 1, size, V, device=device)
         return h, e0, noise, torch.ones(size, dtype=torch.bool, device=device)
 
-    def warm_up(self, max_rows: int, report=None) -> None:
-        """Load (or build) every frame a batch of up to `max_rows` rows uses, greedy-only and for every mix:
-        the KV predictor's per bucket, the re-prefill predictor's 1-row frame."""
+    def pieces(self, max_rows: int) -> list:
+        """What `warm_up` loads or builds, in its order: a call per frame (taking report) that a batch of up to
+        `max_rows` rows uses, greedy-only and for every mix: the KV predictor's per bucket, the re-prefill
+        predictor's 1-row frame."""
         weight = self.cp.model.codec_embedding[0].weight  # its dtype and device (a head may be int8)
-        for size in buckets_up_to(max_rows):
-            for name in self.FNS:
-                for sampling in SAMPLINGS:
-                    if size == 1 or name not in ROW_BY_ROW:
-                        self.frame(name, sampling, size, weight.dtype, weight.device, report)
+        return [functools.partial(self.frame, name, sampling, size, weight.dtype, weight.device)
+                for size in buckets_up_to(max_rows) for name in self.FNS for sampling in SAMPLINGS
+                if size == 1 or name not in ROW_BY_ROW]
+
+    def warm_up(self, max_rows: int, report=None) -> None:
+        """Load (or build) every frame a batch of up to `max_rows` rows uses (`pieces`)."""
+        for piece in self.pieces(max_rows):
+            piece(report)

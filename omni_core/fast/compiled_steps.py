@@ -16,6 +16,7 @@ Eager is the reference; compiled must give the same codes (tests/test_compiled.p
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -100,30 +101,40 @@ class CompiledSteps:
     def _load(self, size, dtype, device, report):
         path = self.path(size, dtype, device)
         what = f"the {type(self.stack).__name__} decode step for {size} row{'s' if size > 1 else ''}"
-        started = time.perf_counter()
-        if path.exists():
+        started, found = time.perf_counter(), path.exists()
+        step = self._read(path, what, started, report) if found else None
+        if step is not None:
+            return step
+        with packages.building(path):  # another process building it (a second worker): wait, then load it
+            if not found and path.exists():  # built meanwhile
+                step = self._read(path, f"{what} (another process built it)", started, report)
+                if step is not None:
+                    return step
+            report(f"compiling {what} (tens of seconds on 2 cores; kept in {path.parent} for the next start)")
+            step = self._build(size, dtype, device)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
             try:
-                with open(path, "rb") as file:
-                    step = torch.compiler.load_compiled_function(file, f_globals=globals(),
-                                                                 external_data={"stack": self.stack})
-                self.loaded += 1
-                packages.touch(path)
-                report(f"{what}: loaded in {time.perf_counter() - started:.1f} s")
-                return step
-            except Exception as exc:  # a damaged file, or one another torch wrote: build it again
-                report(f"{path.name} could not be loaded ({exc}); compiling it again")
-        report(f"compiling {what} (tens of seconds on 2 cores; kept in {path.parent} for the next start)")
-        step = self._build(size, dtype, device)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-        try:
-            step.save_compiled_function(str(tmp), external_data={"stack": self.stack})
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+                step.save_compiled_function(str(tmp), external_data={"stack": self.stack})
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
         packages.prune(path.parent)
         self.built += 1
         report(f"{what}: compiled in {time.perf_counter() - started:.0f} s")
+        return step
+
+    def _read(self, path: Path, what: str, started: float, report):
+        """The step saved at `path`, loaded; None if it is damaged or another torch wrote it (then built again)."""
+        try:
+            with open(path, "rb") as file:
+                step = torch.compiler.load_compiled_function(file, f_globals=globals(),
+                                                             external_data={"stack": self.stack})
+        except Exception as exc:
+            report(f"{path.name} could not be loaded ({exc}); compiling it again")
+            return None
+        self.loaded += 1
+        packages.touch(path)
+        report(f"{what}: loaded in {time.perf_counter() - started:.1f} s")
         return step
 
     def _build(self, size: int, dtype: torch.dtype, device: torch.device):
@@ -154,11 +165,15 @@ class CompiledSteps:
         finally:
             stack.rows_step = saved
 
+    def pieces(self, max_rows: int) -> list:
+        """What `warm_up` loads or builds: a call (taking report) per bucket a batch of up to `max_rows` rows uses."""
+        like = self.stack.norm.weight
+        return [functools.partial(self.step, size, like.dtype, like.device) for size in buckets_up_to(max_rows)]
+
     def warm_up(self, max_rows: int, report=None) -> None:
         """Load (or build) the step of every bucket a batch of up to `max_rows` rows uses."""
-        like = self.stack.norm.weight
-        for size in buckets_up_to(max_rows):
-            self.step(size, like.dtype, like.device, report)
+        for piece in self.pieces(max_rows):
+            piece(report)
 
 
 def compile_steps(stack: DecoderStack) -> CompiledSteps:

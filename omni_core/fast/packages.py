@@ -13,12 +13,15 @@ A package's name holds a digest of everything its code depends on (`key`): what 
 dtypes and bytes) and matmul plans, the kernel threads (the GEMMs' bits depend on them), the machine
 (cache.machine: its C++ is built for this CPU), torch's version and omni_core's own source. Anything
 else gets another package; packages are written to a temporary name and renamed into place, so two
-processes building the same one never see half of it. Packages no process has loaded for 30
+processes building the same one never see half of it, and a process about to build one takes its lock
+file first (`building`): a second process that wants the same package (a second test worker, a second
+start) waits for the first one's build and loads it instead of compiling it again beside it. Packages no process has loaded for 30
 days are deleted when a new one is built (`prune`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -96,6 +99,26 @@ def build(module: torch.nn.Module, args: tuple, path: Path) -> None:
     prune(path.parent)
 
 
+@contextlib.contextmanager
+def building(path: Path):
+    """Held while this process builds the package `path` (an exclusive lock on a file beside it, `.NAME.lock`):
+    a process that wants the same package waits here, then finds it built. Only one lock at a time is
+    held (a build takes no other), so two processes never wait for each other. Without fcntl (not POSIX)
+    each process builds its own copy (the rename keeps either whole)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "w") as lock:  # "w": its time says it was used (prune)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 _loading = threading.Lock()  # one load at a time: `_extracted` tells this load's folder from another's
 
 
@@ -140,7 +163,7 @@ def _extracted() -> set[Path]:
     return found
 
 
-SUFFIXES = (".pt2", ".step")  # what `prune` may delete
+SUFFIXES = (".pt2", ".step", ".lock")  # what `prune` may delete (a lock file: `building`)
 UNUSED_DAYS = 30  # a package no process loaded for this long is deleted when another one is built
 
 
