@@ -121,3 +121,20 @@ def test_a_long_score_lets_the_requests_being_generated_go_on_between_its_frames
         stream.close()
     assert steps >= len(take.codes), f"{steps} steps of the other request during a {len(take.codes)}-frame score"
     assert_scores_are_the_reports(score, take)  # and the score is unchanged by them
+
+
+def test_a_score_leaves_the_callers_autograd_as_it_was():
+    """The score's parts run in the engine's thread, where autograd is off; closing them in the caller's
+    thread must not turn it off there (a context held across a generator's yields once did, and later
+    tests in the same process then ran without autograd)."""
+    import gc
+
+    import torch
+
+    pipe = our_pipeline("tiny")
+    request = SpeechRequest("Autograd stays on.", max_frames=3)
+    take = pipe.generate(request)
+    assert torch.is_grad_enabled()
+    pipe.score(take.codes, request)
+    gc.collect()
+    assert torch.is_grad_enabled()

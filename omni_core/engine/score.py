@@ -62,20 +62,17 @@ def _cell(probs: torch.Tensor, code: int, k: int) -> tuple[float, np.ndarray, np
 def score(runner: Runner, seq: Sequence, codes: np.ndarray, k: int = TOP_K_ALTERNATIVES, keep: bool = False) -> Score:
     """Teacher-forced scores of `codes` [T, 16] for the (checked) request in `seq`, all at once; in the engine's
     thread. keep: the whole distributions too (`Score.distributions`)."""
-    for done in scoring(runner, seq, codes, k, keep):
-        if done is not None:
-            return done
+    with torch.no_grad():
+        for done in scoring(runner, seq, codes, k, keep):
+            if done is not None:
+                return done
 
 
 def scoring(runner: Runner, seq: Sequence, codes: np.ndarray, k: int = TOP_K_ALTERNATIVES,
             keep: bool = False) -> Iterator[Score | None]:
-    """`score` in parts, each advanced in the engine's thread: None after the prompt and after each frame,
-    then the Score."""
-    with torch.no_grad():
-        yield from _scoring(runner, seq, codes, k, keep)
-
-
-def _scoring(runner: Runner, seq: Sequence, codes: np.ndarray, k: int, keep: bool) -> Iterator[Score | None]:
+    """`score` in parts, each advanced in the engine's thread (where autograd is off): None after the prompt and
+    after each frame, then the Score. (No context manager is held across its yields: a generator closed in
+    another thread would run its exit there, e.g. turn autograd off in the caller's thread.)"""
     m, req = runner.model, seq.req
     T, G = codes.shape
     runner.admit(seq, audio=False)
