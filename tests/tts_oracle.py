@@ -2,8 +2,9 @@
 
 `checkpoint(kind)` builds the oracle's random checkpoints once (custom_voice, voice_design,
 base) into the synthetic cache, `oracle(...)` runs a subcommand of
-tests/reference/qwen_tts_oracle.py and caches its .npz output beside them, keyed by the
-oracle script, the checkpoint and the inputs, so a second test run does not start the
+tests/reference/qwen_tts_oracle.py (in one oracle server per test process,
+tests/reference/oracle_server.py) and caches its .npz output beside them, keyed by the
+oracle script, the checkpoint and the inputs, so a second test run does not run the
 package again. `oracle` also takes a checkpoint folder of ours (a tiny preset), which the
 package reads through `package_view`. `our_tts(kind)` loads our pipeline on the same
 checkpoint (in exact mode). Tests that need the oracle skip, saying why, when .venv-ref is missing
@@ -18,6 +19,8 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -121,10 +124,30 @@ def _jsonable(x):
     raise TypeError(type(x))
 
 
+SERVER = ROOT / "tests" / "reference" / "oracle_server.py"
+_server: subprocess.Popen | None = None
+_server_log = None  # the server's stderr (the package's prints), read back when a command fails
+_server_lock = threading.Lock()
+
+
 def _call(args: list[str], script: Path = SCRIPT) -> None:
-    proc = subprocess.run([str(REF_PYTHON), str(script), *args], capture_output=True, text=True, cwd=ROOT)
-    if proc.returncode:
-        raise RuntimeError(f"the oracle failed ({' '.join(args[:2])}):\n{proc.stderr[-3000:]}")
+    """Run the oracle `script` with `args` in this process's oracle server (started on first use: Python with
+    torch and qwen_tts takes some 6 s to start, longer than most commands); it ends when this process does."""
+    global _server, _server_log
+    with _server_lock:
+        if _server is None or _server.poll() is not None:
+            _server_log = tempfile.TemporaryFile(mode="w+")
+            _server = subprocess.Popen([str(REF_PYTHON), str(SERVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=_server_log, text=True, cwd=ROOT)
+        _server.stdin.write(json.dumps([script.name, args]) + "\n")
+        _server.stdin.flush()
+        line = _server.stdout.readline()
+        if not line:  # the server died: say what it printed
+            _server_log.seek(0)
+            raise RuntimeError(f"the oracle server exited ({' '.join(args[:2])}):\n{_server_log.read()[-3000:]}")
+        reply = json.loads(line)
+        if not reply["ok"]:
+            raise RuntimeError(f"the oracle failed ({' '.join(args[:2])}):\n{reply['error'][-3000:]}")
 
 
 @functools.lru_cache(maxsize=None)
