@@ -76,6 +76,19 @@ def prefill_settings(pipe, chunk: int, budget: int):
         runner.prefill_chunk, stepper.prefill_budget = before
 
 
+def arriving_mid_stream(pipe, speaker: SpeechRequest, requests: list[SpeechRequest], after_frames: int):
+    """Stream `speaker`; after its `after_frames`-th frame, hand `requests` to the engine together.
+    Returns the speaker's result and theirs."""
+    streams, frames, spoken = None, 0, None
+    for event in pipe.stream(speaker):
+        frames += isinstance(event, Frame)
+        if frames == after_frames and streams is None:
+            streams = pipe.stream_together(requests)
+        if isinstance(event, Done):
+            spoken = event.result
+    return spoken, [collect(s) for s in streams]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("preset", ["tiny", "tiny-tts"])
 def test_requests_arriving_together_equal_their_solo_runs(preset, dtype):
@@ -97,14 +110,8 @@ def test_requests_arriving_together_equal_their_solo_runs(preset, dtype):
             speaking = sum(r.mode == "speak" for r in requests[:count])  # their talker prompts start at once
             assert max(len(p) for _, stage, p, _ in calls if stage == "talker") >= speaking, calls
         calls.clear()
-        streams, frames = None, 0
-        for event in pipe.stream(speaker):
-            frames += isinstance(event, Frame)
-            if frames == 2 and streams is None:
-                streams = pipe.stream_together(requests)
-            if isinstance(event, Done):
-                assert_same(event.result, solo[0])
-        beside = [collect(s) for s in streams]
+        spoken, beside = arriving_mid_stream(pipe, speaker, requests, after_frames=2)
+    assert_same(spoken, solo[0])
     for got, want in zip(beside, solo[1:]):
         assert_same(got, want)
     beside_steps = Counter()  # positions prefilled per step while the speaker spoke
@@ -146,14 +153,7 @@ def test_prompts_admitted_mid_stream_delay_the_speaking_row_by_at_most_the_budge
         long_alone = [(step, n) for step, _, pieces_, _ in calls for text, n in pieces_ if text == LONG]
         assert len(long_alone) > 10 and len({step for step, _ in long_alone}) == 1, calls  # one step, alone
         calls.clear()
-        streams, frames = None, 0
-        for event in pipe.stream(speaker):
-            frames += isinstance(event, Frame)
-            if frames == 3 and streams is None:
-                streams = pipe.stream_together(burst)
-            if isinstance(event, Done):
-                speaker_result = event.result
-        together = [collect(s) for s in streams]
+        speaker_result, together = arriving_mid_stream(pipe, speaker, burst, after_frames=3)
     beside = [(step, pieces_, speaking[0]) for step, _, pieces_, speaking in calls if speaking]
     steps = [step for step, _, _ in beside]
     assert len(steps) > 10 and len(set(steps)) == len(steps), calls  # one packed call a step
