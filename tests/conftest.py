@@ -33,8 +33,8 @@ PRESETS = ("tiny", "tiny-b")
 # started last, alone on one core.
 # test_compiled.py and test_compiled_batches.py first, one on each worker: they compile the tiny model's
 # frames and steps between them (test_compiled.warm_up_backwards).
-SLOW_FIRST = ("test_compiled.py", "test_compiled_batches.py", "test_compiled_shapes.py", "test_compiled_threads.py",
-              "test_real_width.py", "test_tts_real_width.py", "test_random_weights.py", "test_app_api_inspect.py")
+SLOW_FIRST = ("test_compiled.py", "test_compiled_batches.py", "test_compiled_shapes.py", "test_real_width.py",
+              "test_tts_real_width.py", "test_random_weights.py", "test_app_api_inspect.py")
 
 
 def pytest_collection_modifyitems(items):

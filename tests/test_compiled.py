@@ -23,6 +23,9 @@ from omni_core.fast.buckets import buckets_up_to
 from tests.conftest import our_pipeline
 
 
+# The kernel threads of every compiled pipeline here: a Space's engine runs on every core (2 on a free CPU Space),
+# and a package is built for its kernel threads (packages.key), so one thread count builds each piece once.
+THREADS = 2
 WARM_UP_GRAPHS: dict[tuple, int] = {}  # (preset, backwards) → graphs dynamo compiled while it warmed up, less what it built
 
 
@@ -33,7 +36,7 @@ def compiled_pipeline(preset: str, backwards: bool = False):
     does: every path compiled before its first request (which test_after_warm_up_nothing_compiles_again
     holds it to, and which the other tests then reuse). backwards: test_compiled_batches.py's, which first
     builds the pieces in the opposite order (`warm_up_backwards`)."""
-    pipe = load_pipeline(preset, device="cpu", compile=True, max_batch=4)
+    pipe = load_pipeline(preset, device="cpu", compile=True, max_batch=4, threads=THREADS)
     if preset == "tiny":
         report = functools.partial(print, f"{preset} warm-up{' backwards' if backwards else ''}:", file=sys.stderr)
         before = counters["stats"]["unique_graphs"]
@@ -136,7 +139,7 @@ SECOND_START = """
 import json, sys, time
 from omni_core import SpeechRequest, load_pipeline
 started = time.perf_counter()
-pipe = load_pipeline("tiny", device="cpu", compile=True, max_batch=4, threads=1)
+pipe = load_pipeline("tiny", device="cpu", compile=True, max_batch=4, threads=2)  # THREADS
 pipe.warm_up(lambda message: print(message, file=sys.stderr))
 ready = time.perf_counter() - started
 request = SpeechRequest(**json.loads(sys.argv[1]))

@@ -13,12 +13,25 @@ from torch.profiler import profile
 
 from omni_core import SpeechRequest
 from tests.conftest import our_pipeline
-from tests.test_compiled import STEPS_UP_TO_4, compiled_pipeline, request
+from tests.test_compiled import STEPS_UP_TO_4, THREADS, compiled_pipeline, request
 
 
 def compiled_tiny():
-    """test_compiled.py's compiled tiny pipeline (max_batch 4, warmed up), its pieces loaded or built backwards."""
+    """test_compiled.py's compiled tiny pipeline (max_batch 4, THREADS kernel threads, warmed up), its pieces
+    loaded or built backwards."""
     return compiled_pipeline("tiny", backwards=True)
+
+
+@pytest.fixture(autouse=True)
+def engine_threads():
+    """This thread's kernels on the compiled pipeline's threads while a test calls its frames and steps
+    directly, as the engine's thread runs them (a Space's engine runs on every core)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("name", ["kv", "reprefill"])
@@ -43,6 +56,24 @@ def test_the_greedy_frame_gives_what_the_frame_for_every_mix_gives_a_greedy_row(
         for got, want in zip(greedy, beside):
             assert torch.equal(got[rows], want[rows])
         assert not torch.equal(greedy[0][1], beside[0][1])  # the sampled row drew other codes
+
+
+def test_each_row_of_a_compiled_kv_frame_gets_its_floats_alone():
+    """On the engine's 2 kernel threads, every row of a compiled KV frame of 4 rows (full, and 3 padded) equals
+    its 1-row frame, floats included. Two things had broken it, each alone enough: ATen's attention kernel in
+    the graph split a query's keys across the threads by the call's batch, and inductor split a lone row's
+    softmax sum over the 2048 codes across the threads."""
+    assert torch.get_num_threads() == THREADS == 2
+    frames = compiled_tiny().predictors.compiled
+    width = frames.cp.embedding_dim
+    gen = torch.Generator().manual_seed(2)
+    for rows in (4, 3, 4):
+        h, e0 = torch.randn(rows, width, generator=gen), torch.randn(rows, width, generator=gen)
+        together = frames.run("kv", h, e0)
+        for b in range(rows):
+            alone = frames.run("kv", h[b:b + 1], e0[b:b + 1])
+            for name, got, want in zip(("codes", "probs", "embeds", "top codes", "top probs"), together, alone):
+                assert torch.equal(got[b:b + 1], want), f"row {b} of {rows}: its {name} differ from its frame alone"
 
 
 def test_a_greedy_batch_runs_the_greedy_frame_and_a_mixed_one_the_frame_for_every_mix():

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 
 import torch
 import torch._inductor.config  # packages.build and load use torch._inductor
@@ -126,33 +125,17 @@ class CompiledPredictors:
         path = self.path(name, sampling, size, dtype, device)
         rows = f"{size} row{'s' if size > 1 else ''}"
         what = f"the {name} predictor frame for {rows}, {'greedy' if sampling == 'greedy' else 'any sampling'}"
-        started, found = time.perf_counter(), path.exists()
-        frame = self._read(path, what, started, report) if found else None
-        if frame is not None:
-            return frame
-        with packages.building(path):  # another process building it (a second worker): wait, then load it
-            if not found and path.exists():  # built meanwhile
-                frame = self._read(path, f"{what} (another process built it)", started, report)
-                if frame is not None:
-                    return frame
-            report(f"compiling {what} (a minute or more on 2 cores; kept in {path.parent} for the next start)")
+
+        def build():
             # The rotary table is built here, eagerly, so the traced frame reads a filled table cache.
             self.cp.model.rope.table(0, self.cp.num_code_groups + 1, device, dtype)
             module = SAMPLINGS[sampling](self.cp, self.FNS[name]).eval()
             packages.build(module, self.example(sampling, size, dtype, device), path)
-        self.built += 1
-        report(f"{what}: compiled in {time.perf_counter() - started:.0f} s")
-        return packages.load(path)
+            return packages.load(path)
 
-    def _read(self, path, what: str, started: float, report):
-        """The package at `path`, loaded; None if it is damaged (then built again)."""
-        try:
-            frame = packages.load(path)
-        except Exception as exc:  # a damaged file: build it again
-            report(f"{path.name} could not be loaded ({exc}); compiling it again")
-            return None
-        self.loaded += 1
-        report(f"{what}: loaded in {time.perf_counter() - started:.1f} s")
+        frame, built = packages.read_or_build(path, what, packages.load, build, report, "a minute or more on 2 cores")
+        self.built += built
+        self.loaded += not built
         return frame
 
     def example(self, sampling: str, size: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import os
 import threading
-import time
 from pathlib import Path
 
 import torch
@@ -101,40 +100,29 @@ class CompiledSteps:
     def _load(self, size, dtype, device, report):
         path = self.path(size, dtype, device)
         what = f"the {type(self.stack).__name__} decode step for {size} row{'s' if size > 1 else ''}"
-        started, found = time.perf_counter(), path.exists()
-        step = self._read(path, what, started, report) if found else None
-        if step is not None:
-            return step
-        with packages.building(path):  # another process building it (a second worker): wait, then load it
-            if not found and path.exists():  # built meanwhile
-                step = self._read(path, f"{what} (another process built it)", started, report)
-                if step is not None:
-                    return step
-            report(f"compiling {what} (tens of seconds on 2 cores; kept in {path.parent} for the next start)")
-            step = self._build(size, dtype, device)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-            try:
-                step.save_compiled_function(str(tmp), external_data={"stack": self.stack})
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
-        packages.prune(path.parent)
-        self.built += 1
-        report(f"{what}: compiled in {time.perf_counter() - started:.0f} s")
+        step, built = packages.read_or_build(path, what, self._read, lambda: self._save(size, dtype, device, path),
+                                             report, "tens of seconds on 2 cores")
+        self.built += built
+        self.loaded += not built
         return step
 
-    def _read(self, path: Path, what: str, started: float, report):
-        """The step saved at `path`, loaded; None if it is damaged or another torch wrote it (then built again)."""
-        try:
-            with open(path, "rb") as file:
-                step = torch.compiler.load_compiled_function(file, f_globals=globals(),
-                                                             external_data={"stack": self.stack})
-        except Exception as exc:
-            report(f"{path.name} could not be loaded ({exc}); compiling it again")
-            return None
-        self.loaded += 1
+    def _read(self, path: Path):
+        """The step saved at `path` (raises if it is damaged or another torch wrote it)."""
+        with open(path, "rb") as file:
+            step = torch.compiler.load_compiled_function(file, f_globals=globals(), external_data={"stack": self.stack})
         packages.touch(path)
-        report(f"{what}: loaded in {time.perf_counter() - started:.1f} s")
+        return step
+
+    def _save(self, size: int, dtype: torch.dtype, device: torch.device, path: Path):
+        """The step built (`_build`) and saved at `path` (under a temporary name, renamed into place)."""
+        step = self._build(size, dtype, device)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            step.save_compiled_function(str(tmp), external_data={"stack": self.stack})
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        packages.prune(path.parent)
         return step
 
     def _build(self, size: int, dtype: torch.dtype, device: torch.device):

@@ -119,6 +119,37 @@ def building(path: Path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def read_or_build(path: Path, what: str, read: Callable[[Path], object], build: Callable[[], object],
+                  report: Callable[[str], None], takes: str) -> tuple[object, bool]:
+    """What `read(path)` gives; if `path` is missing or cannot be read, what `build()` gives (it also writes
+    `path`), built under `building(path)`: a second process that wants it waits and reads it instead.
+    what: the piece, for report(message) (told what happens); takes: how long a build takes.
+    Returns (the piece, whether this process built it)."""
+    started = time.perf_counter()
+
+    def attempt(label: str):
+        try:
+            piece = read(path)
+        except Exception as exc:  # a damaged file, or one another torch wrote: build it again
+            report(f"{path.name} could not be loaded ({exc}); compiling it again")
+            return None
+        report(f"{label}: loaded in {time.perf_counter() - started:.1f} s")
+        return piece
+
+    found = path.exists()
+    piece = attempt(what) if found else None
+    if piece is None:
+        with building(path):
+            if not found and path.exists():  # another process built it meanwhile
+                piece = attempt(f"{what} (another process built it)")
+            if piece is None:
+                report(f"compiling {what} ({takes}; kept in {path.parent} for the next start)")
+                piece = build()
+                report(f"{what}: compiled in {time.perf_counter() - started:.0f} s")
+                return piece, True
+    return piece, False
+
+
 _loading = threading.Lock()  # one load at a time: `_extracted` tells this load's folder from another's
 
 
