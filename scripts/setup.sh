@@ -35,11 +35,8 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 .venv/bin/python -c 'import sys; sys.version_info[:2] == (3, 11) or print(f"setup.sh: warning: .venv has Python {sys.version.split()[0]}; the pins are tested on 3.11")'
-# --no-compile: no .pyc for every file of every package at install (requirements.txt into a new venv on 2
-# cores: 60-70 s with them, 23-33 s without); Python writes them for the modules it imports, when it imports them.
-pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile)
-"${pip[@]}" -r requirements.txt
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 if [ "$dev" = 1 ]; then
-  "${pip[@]}" -r requirements-dev.txt
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 fi
 echo "setup.sh: ready (.venv/bin/python app.py starts the app)"

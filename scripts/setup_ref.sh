@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 VENV=.venv-ref
 PY=$VENV/bin/python
-PIP=("$PY" -m pip install --quiet --disable-pip-version-check --no-compile)  # no .pyc at install: setup.sh
+PIP=("$PY" -m pip install --quiet --disable-pip-version-check)
 
 if [ -x "$PY" ] && "$PY" -c 'import qwen_tts' >/dev/null 2>&1; then
   exit 0
