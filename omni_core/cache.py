@@ -13,6 +13,7 @@ entries to another, so both keys hold `machine()`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -58,3 +59,25 @@ def machine(device: torch.device) -> str:
         parts += [torch.cuda.get_device_name(index), str(torch.cuda.get_device_capability(index)),
                   str(torch.version.cuda)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """Held while this process writes the cache file `path` (an exclusive lock on a file beside it,
+    `.NAME.lock`): another process that wants to write it waits here, then finds what this one wrote.
+    Never hold another lock inside (no two processes then wait for each other). Without fcntl (not POSIX)
+    or where the lock file cannot be made (a read-only cache folder) nothing is locked."""
+    try:
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_name(f".{path.name}.lock"), "w")  # "w": its time says it was used (packages.prune)
+    except (ImportError, OSError):
+        yield
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -75,6 +75,34 @@ def test_a_damaged_file_is_probed_again_and_rewritten(loaded, cache, probes):
     assert probes[0] > 0 and plans.read(CPU) == probed
 
 
+
+def test_a_load_waits_for_another_process_probing_and_takes_its_plans(loaded, cache, probes):
+    """Plans are chosen partly by timing: a load that starts while another process probes the same shapes
+    waits for it and takes what it chose (the first answer stays), instead of probing beside it and
+    choosing otherwise. The other process is this test holding the plan file's lock, writing a plan of its
+    own for every shape, then letting go."""
+    import threading
+    import time
+
+    from omni_core.cache import locked
+
+    keys = plans.plan_modules([copy.deepcopy(loaded)], CPU).keys()  # every shape's key, probed in this folder
+    plans.path(CPU).unlink()  # and forgotten: the load below starts from an empty folder
+    probes[0] = 0
+    talker = copy.deepcopy(loaded)
+    theirs = invariant.Plan(16, 32)  # not what probing picks for every shape here
+    assert any(plan != theirs for plan in talker_plans(talker).values())
+    got = {}
+    with locked(plans.path(CPU)):
+        loading = threading.Thread(target=lambda: got.update(probed=plans.plan_modules([talker], CPU)))
+        loading.start()
+        time.sleep(0.5)  # without the lock, the load would have read the empty file and be probing by now
+        plans.write(CPU, dict.fromkeys(keys, theirs))
+    loading.join()
+    assert got["probed"] == {} and probes[0] == 0
+    assert set(talker_plans(talker).values()) == {theirs}
+
+
 def test_the_file_is_the_machines_own(cache):
     """Another thread count (or CPU, or torch build) is another machine: its own file."""
     first = plans.path(CPU)

@@ -21,7 +21,6 @@ days are deleted when a new one is built (`prune`).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import itertools
@@ -35,7 +34,7 @@ from typing import Callable
 
 import torch
 
-from omni_core.cache import cache_dir, machine
+from omni_core.cache import cache_dir, locked, machine
 
 FORMAT = 1  # bump when what a package holds changes in a way the key does not see
 # Inductor's own kernels (the norms, softmaxes and elementwise ops between the GEMMs) run on one thread. On
@@ -99,24 +98,9 @@ def build(module: torch.nn.Module, args: tuple, path: Path) -> None:
     prune(path.parent)
 
 
-@contextlib.contextmanager
-def building(path: Path):
-    """Held while this process builds the package `path` (an exclusive lock on a file beside it, `.NAME.lock`):
-    a process that wants the same package waits here, then finds it built. Only one lock at a time is
-    held (a build takes no other), so two processes never wait for each other. Without fcntl (not POSIX)
-    each process builds its own copy (the rename keeps either whole)."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f".{path.name}.lock"), "w") as lock:  # "w": its time says it was used (prune)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+# Held while this process builds the package `path`: a process that wants the same package waits, then finds
+# it built. A build takes no other lock.
+building = locked
 
 
 def read_or_build(path: Path, what: str, read: Callable[[Path], object], build: Callable[[], object],

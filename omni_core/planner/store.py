@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from omni_core.cache import cache_dir, machine
+from omni_core.cache import cache_dir, locked, machine
 from omni_core.loading import memory
 from omni_core.models.invariant import Kernel, Linear, Plan
 from omni_core.planner.choose import ALL_KERNELS, ATEN_ONLY, NO_PACKING, RULE, TIMED_BYTES, Key, plan_linears
@@ -34,16 +34,20 @@ def plan_modules(modules, device: torch.device, fast_kernels: bool = True) -> di
     fast_kernels: kernels besides F.linear allowed (False in compiled pipelines); oneDNN's only where their
     packed copies fit beside the weights (`room_to_pack`)."""
     modules = list(modules)
-    known = read(device)
-    chosen = dict(known)
     kernels = ATEN_ONLY if not fast_kernels else ALL_KERNELS if room_to_pack(modules, device) else NO_PACKING
-    plan_linears(modules, chosen, kernels)
-    probed = {k: plan for k, plan in chosen.items() if k not in known}
-    if probed:
-        try:
-            write(device, probed)
-        except OSError:  # a read-only cache folder: the shapes are simply probed again next time
-            pass
+    # One process probes at a time, and the first answer stays: plans are chosen partly by timing, so two
+    # processes probing a shape together could choose differently, and a later load in either would then
+    # read the other's plan and give other last bits than its first load did.
+    with locked(path(device)):
+        known = read(device)
+        chosen = dict(known)
+        plan_linears(modules, chosen, kernels)
+        probed = {k: plan for k, plan in chosen.items() if k not in known}
+        if probed:
+            try:
+                write(device, probed)
+            except OSError:  # a read-only cache folder: the shapes are simply probed again next time
+                pass
     return probed
 
 
