@@ -5,6 +5,7 @@ test_compiled_batches.py, which shares this file's pipeline and the compiling of
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -27,6 +28,19 @@ from tests.conftest import our_pipeline
 # and a package is built for its kernel threads (packages.key), so one thread count builds each piece once.
 THREADS = 2
 WARM_UP_GRAPHS: dict[tuple, int] = {}  # (preset, backwards) → graphs dynamo compiled while it warmed up, less what it built
+
+
+@contextlib.contextmanager
+def engine_threads():
+    """This thread's kernels on the compiled pipelines' THREADS while a test calls their frames and steps directly,
+    as the engine's thread runs them (a package's name holds the threads it was built for). Not around loading
+    an eager pipeline: it would get the calling thread's threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @functools.lru_cache(maxsize=None)
@@ -128,11 +142,12 @@ def test_a_second_predictor_of_the_same_shapes_looks_for_packages_of_its_own():
     frames = [what[:3] for what in first.frames]
     assert sorted(frames) == sorted((name, sampling, size) for name, size in (("kv", 1), ("kv", 4), ("reprefill", 1))
                                     for sampling in ("any", "greedy"))
-    ours = {first.path(*what, weight.dtype, weight.device) for what in frames}
-    theirs = {CompiledPredictors(second).path(*what, weight.dtype, weight.device) for what in frames}
+    with engine_threads():  # the names the engine's thread gave them
+        ours = {first.path(*what, weight.dtype, weight.device) for what in frames}
+        theirs = {CompiledPredictors(second).path(*what, weight.dtype, weight.device) for what in frames}
+        same = copy.deepcopy(first.cp)  # equal weights: the same packages (a second start finds them)
+        assert {CompiledPredictors(same).path(*what, weight.dtype, weight.device) for what in frames} == ours
     assert len(ours) == len(frames) and all(path.exists() for path in ours) and not ours & theirs
-    same = copy.deepcopy(first.cp)  # equal weights: the same packages (a second start finds them)
-    assert {CompiledPredictors(same).path(*what, weight.dtype, weight.device) for what in frames} == ours
 
 
 SECOND_START = """

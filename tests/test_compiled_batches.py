@@ -13,7 +13,7 @@ from torch.profiler import profile
 
 from omni_core import SpeechRequest
 from tests.conftest import our_pipeline
-from tests.test_compiled import STEPS_UP_TO_4, THREADS, compiled_pipeline, request
+from tests.test_compiled import STEPS_UP_TO_4, THREADS, compiled_pipeline, engine_threads, request
 
 
 def compiled_tiny():
@@ -22,20 +22,16 @@ def compiled_tiny():
     return compiled_pipeline("tiny", backwards=True)
 
 
-@pytest.fixture(autouse=True)
-def engine_threads():
-    """This thread's kernels on the compiled pipeline's threads while a test calls its frames and steps
-    directly, as the engine's thread runs them (a Space's engine runs on every core)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    try:
+@pytest.fixture
+def kernel_threads():
+    """For a test that calls the compiled frames or steps directly: this thread on THREADS kernel threads, as
+    the engine's thread runs them (`engine_threads`)."""
+    with engine_threads():
         yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("name", ["kv", "reprefill"])
-def test_the_greedy_frame_gives_what_the_frame_for_every_mix_gives_a_greedy_row(name):
+def test_the_greedy_frame_gives_what_the_frame_for_every_mix_gives_a_greedy_row(name, kernel_threads):
     """A greedy request runs the greedy-only frame alone and the frame for every mix beside a sampled
     request: the same codes, probabilities, embeddings and top-5 either way (bit for bit: the app shows
     the probabilities, and a row's frame must not depend on its neighbours)."""
@@ -58,7 +54,7 @@ def test_the_greedy_frame_gives_what_the_frame_for_every_mix_gives_a_greedy_row(
         assert not torch.equal(greedy[0][1], beside[0][1])  # the sampled row drew other codes
 
 
-def test_each_row_of_a_compiled_kv_frame_gets_its_floats_alone():
+def test_each_row_of_a_compiled_kv_frame_gets_its_floats_alone(kernel_threads):
     """On the engine's 2 kernel threads, every row of a compiled KV frame of 4 rows (full, and 3 padded) equals
     its 1-row frame, floats included. Two things had broken it, each alone enough: ATen's attention kernel in
     the graph split a query's keys across the threads by the call's batch, and inductor split a lone row's
@@ -161,7 +157,7 @@ def test_one_compiled_decode_call_per_step_for_all_rows():
 
 
 @pytest.mark.parametrize("name", ["thinker", "talker"])
-def test_each_row_of_a_compiled_step_gets_the_floats_it_gets_alone(name):
+def test_each_row_of_a_compiled_step_gets_the_floats_it_gets_alone(name, kernel_threads):
     """The floats, not only the codes: every row of one compiled call for several rows (a full bucket, and
     one padded with a spare row) equals that row's call alone, bit for bit, with caches of other lengths.
     (Codes hide a last bit: inductor once computed the talker's [1, 1] shared-expert gate with scalar code
@@ -187,7 +183,7 @@ def test_each_row_of_a_compiled_step_gets_the_floats_it_gets_alone(name):
     assert stack.rows_step.steps.keys() >= {(1, torch.float32, cpu), (4, torch.float32, cpu)}
 
 
-def test_a_step_whose_guards_refuse_a_call_says_so():
+def test_a_step_whose_guards_refuse_a_call_says_so(kernel_threads):
     """A loaded step checks its guards at every call; every call the engine makes holds them (a free slot
     after the new position, grad mode off). A call that does not is refused with an error, never run."""
     pipe = compiled_tiny()
