@@ -104,7 +104,7 @@ def encoded(frames: int, frame_s: float, measured: dict) -> str:
     cards = [("frames", str(frames)), ("audio", f"{frames * frame_s:.2f} s"),
              ("log-mel distance", f'{measured["mel_distance"]:.2f} dB'), ("SNR", _db(measured["snr_db"]))]
     return _panel("Your recording, encoded with the codec's encoder and re-decoded from its 16 codebooks "
-                  "(no probabilities yet: type what it says in Text and press Score this take)", cards, "", [], "")
+                  "(for each code's probability under the model: type what it says in Text and press Score this take)", cards, "", [], "")
 
 
 def roundtrip(measured: dict, meaning: str) -> str:
