@@ -25,3 +25,16 @@ def test_a_refused_request_is_an_error():
     with load_pipeline("tiny", device="cpu", max_batch=1, max_waiting=1) as pipe:
         with pytest.raises(RuntimeError, match="requests failed: the engine is busy"):
             run_concurrently(pipe, requests(4))
+
+
+def test_versions_report_takes_each_versions_median_over_rounds():
+    """benchmarks.versions: per workload and version the median of the rounds, a round's outlier left out."""
+    from benchmarks.versions import report
+
+    def rounds(*pairs):
+        return [{"frames_per_s": fps, "first_audio_p95_s": first} for fps, first in pairs]
+
+    runs = {("tiny-8", "old"): rounds((10.0, 0.3), (30.0, 0.1), (20.0, 0.2)),
+            ("tiny-8", "new"): rounds((25.0, 0.1), (500.0, 9.0), (15.0, 0.3))}
+    out = report(runs, ["old", "new"], ["tiny-8"])
+    assert out["tiny-8", "old"] == (20.0, 0.2) and out["tiny-8", "new"] == (25.0, 0.3)
