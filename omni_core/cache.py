@@ -44,8 +44,11 @@ def _cpu() -> str:
     return "\n".join(f"{k.strip()}={v.strip()}" for k, v in lines if k.strip() in _CPU_FIELDS)
 
 
-# Environment variables that change which kernels MKL, oneDNN and ATen pick (e.g. MKL_CBWR, ATEN_CPU_CAPABILITY).
-_KERNEL_ENV = ("MKL_", "DNNL_", "ONEDNN_", "ATEN_CPU_CAPABILITY")
+# Environment variables that change which kernels MKL, oneDNN and ATen pick (e.g. MKL_CBWR, ATEN_CPU_CAPABILITY),
+# and how OpenMP's waiting threads wait: where they sleep (OMP_WAIT_POLICY=PASSIVE, as the test script sets), every
+# multi-thread call pays a wake-up and the planner times small weights faster on one thread; where they spin (the
+# default), the same weights run faster on all of them. Plans timed under one policy are not another's.
+_KERNEL_ENV = ("MKL_", "DNNL_", "ONEDNN_", "ATEN_CPU_CAPABILITY", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 
 
 def machine(device: torch.device) -> str:

@@ -79,7 +79,11 @@ class Pipeline:
         if self.options.compile:
             from omni_core.fast.compiled_steps import compile_steps
             self.steps = [compile_steps(stack.model) for stack in (self.thinker, self.talker) if stack is not None]
-        self.predictors = Predictors(self.talker.code_predictor, self.device, compiled=self.options.compile)
+        # Sampling's top-p: HF's sort of the whole vocabulary in exact mode, over the top-k survivors otherwise
+        self.top_p_of_top_k = not self.options.exact
+        cp = self.talker.code_predictor
+        cp.sampling = dataclasses.replace(cp.sampling, top_p_of_top_k=self.top_p_of_top_k)
+        self.predictors = Predictors(cp, self.device, compiled=self.options.compile)
         family = registry.of_config(self.config)(self.config, loaded.modules, self.tokenizer, self.device)
         self.model = SpeechModel(self.config, self.thinker, self.talker, self.code2wav, self.tokenizer,
                                  self.device, self.dtype, self.predictors, family)
@@ -155,7 +159,7 @@ class Pipeline:
         clean, warnings = self.check(request)
         if cancel is not None and not (callable(getattr(cancel, "is_set", None)) and callable(getattr(cancel, "set", None))):
             raise RequestError(f"cancel must be a threading.Event (with is_set() and set()), not {type(cancel).__name__}")
-        return Sequence(clean, warnings, self.device, self.dtype, cancel, overlap)
+        return Sequence(clean, warnings, self.device, self.dtype, cancel, overlap, self.top_p_of_top_k)
 
     def generate(self, request: SpeechRequest, **kwargs) -> Result:
         with self.stream(request, **kwargs) as events:

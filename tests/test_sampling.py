@@ -3,13 +3,18 @@ on random and adversarial logits, and the exponential-race sampler against the d
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+
 import pytest
 import torch
 from transformers.generation.logits_process import (
     LogitsProcessorList, RepetitionPenaltyLogitsProcessor, SuppressTokensLogitsProcessor, TemperatureLogitsWarper,
     TopKLogitsWarper, TopPLogitsWarper)
 
+from omni_core import SpeechRequest
 from omni_core.models.sampling import SamplingConfig, choose, repetition_penalty, suppress, top_p_of_top_k, warp
+from tests.conftest import our_pipeline
 
 INF = float("inf")
 NO_IDS = torch.empty(1, 0, dtype=torch.long)  # what HF's processors get when the talker starts from embeddings
@@ -152,21 +157,49 @@ def test_top_p_over_the_top_k_cuts_where_hf_cuts(cfg):
     assert_same_logits(top_p_of_top_k(scaled, cfg), hf_warp(logits, cfg))
 
 
-def test_compiled_warp_takes_the_top_k_form():
-    """Under torch.compile (as the predictor frames are traced) `warp` takes `top_p_of_top_k`, with HF's cut."""
-    cfg = SamplingConfig(True, 1.0, 50, 0.8)  # the code predictor's
-    logits = random_logits(64, 2048, seed=6)
-    calls = []
-    compiled = torch.compile(warp, backend="eager", fullgraph=True)
+@contextlib.contextmanager
+def counting_top_p_of_top_k():
+    """The calls `warp` makes to `top_p_of_top_k` while the block runs (a list, one entry per call)."""
     import omni_core.models.sampling as sampling
-    original = sampling.top_p_of_top_k
+    calls, original = [], sampling.top_p_of_top_k
     sampling.top_p_of_top_k = lambda *a: calls.append(1) or original(*a)
     try:
-        got = compiled(logits, cfg)
+        yield calls
     finally:
         sampling.top_p_of_top_k = original
+
+
+@pytest.mark.parametrize("how", ["compiled", "default mode"])
+def test_warp_takes_the_top_k_form_compiled_and_in_the_default_mode(how):
+    """Under torch.compile (as the predictor frames are traced) and where the config asks for it (the default
+    mode's), `warp` takes `top_p_of_top_k`, with HF's cut; otherwise (exact mode) HF's sort."""
+    cfg = SamplingConfig(True, 1.0, 50, 0.8)  # the code predictor's
+    logits = random_logits(64, 2048, seed=6)
+    if how == "compiled":
+        fn = torch.compile(warp, backend="eager", fullgraph=True)
+    else:
+        fn, cfg = warp, dataclasses.replace(cfg, top_p_of_top_k=True)
+        with counting_top_p_of_top_k() as calls:
+            warp(logits, SamplingConfig(True, 1.0, 50, 0.8))
+        assert not calls
+    with counting_top_p_of_top_k() as calls:
+        got = fn(logits, cfg)
     assert calls
     assert_same_logits(got, hf_warp(logits, cfg))
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_a_sampled_request_takes_the_top_k_form_in_the_default_mode_only(exact):
+    """The pipeline's modes: the default mode's predictor (and talker, when a request sets top-p) cut top-p over
+    the top-k survivors; exact mode sorts as HF (its codes are the official ones: test_pipeline.py)."""
+    pipe = our_pipeline("tiny", exact=exact)
+    request = SpeechRequest("Hi.", mode="speak", do_sample=True, seed=2, top_p=0.9, max_frames=2)
+    with counting_top_p_of_top_k() as calls:
+        pipe.generate(request)
+    if exact:
+        assert not calls
+    else:  # the predictor's 15 codebooks and the talker's CB0, each frame
+        assert len(calls) >= 2 * 16
 
 
 def test_warp_leaves_the_callers_logits_alone():

@@ -48,7 +48,7 @@ STAGES = ("thinker", "talker", "predictor", "codec")
 
 class Sequence:
     def __init__(self, request: SpeechRequest, warnings: list[str], device: torch.device, dtype: torch.dtype,
-                 cancel=None, overlap: bool = True):
+                 cancel=None, overlap: bool = True, top_p_of_top_k: bool = False):
         self.req = request
         self.overlap = overlap  # False: the thinker writes the whole reply before the talker starts
         self.cancel = cancel if cancel is not None else threading.Event()
@@ -65,7 +65,7 @@ class Sequence:
                            predictor=request.predictor, warnings=list(warnings))
         # sampling: each stage its own generator
         seed = request.seed
-        self.sampling = SamplingConfig.of(request)
+        self.sampling = SamplingConfig.of(request, top_p_of_top_k)  # the thinker's and the talker's (the predictor: its own)
         self.gen_thinker = torch.Generator(device).manual_seed(seed + 1)
         self.gen_talker = torch.Generator(device).manual_seed(seed)
         # Both predictors draw from equal streams, so compare mode compares like with like.

@@ -23,11 +23,14 @@ class SamplingConfig:
     temperature: float = 1.0
     top_k: int = 0  # 0: off
     top_p: float = 1.0  # 1.0: off
+    # With top-k on: top-p over the k survivors only (`top_p_of_top_k`: the default mode's cut and the compiled
+    # frames'), not over HF's sort of the whole vocabulary (exact mode)
+    top_p_of_top_k: bool = False
 
     @classmethod
-    def of(cls, request) -> "SamplingConfig":
+    def of(cls, request, top_p_of_top_k: bool = False) -> "SamplingConfig":
         """The sampling a SpeechRequest asks for (greedy unless do_sample)."""
-        return cls(request.do_sample, request.temperature, request.top_k, request.top_p)
+        return cls(request.do_sample, request.temperature, request.top_k, request.top_p, top_p_of_top_k)
 
 
 def repetition_penalty(logits: torch.Tensor, history: torch.Tensor | None, penalty: float) -> torch.Tensor:
@@ -48,7 +51,7 @@ def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     """Temperature, top-k, top-p (sampling only), as HF's warpers."""
     if cfg.temperature != 1.0:
         logits = logits / cfg.temperature
-    if cfg.top_k and cfg.top_p < 1.0 and torch.compiler.is_compiling():
+    if cfg.top_k and cfg.top_p < 1.0 and (cfg.top_p_of_top_k or torch.compiler.is_compiling()):
         return top_p_of_top_k(logits, cfg)
     if cfg.top_k:
         kth = torch.topk(logits, min(cfg.top_k, logits.shape[-1]))[0][..., -1, None]
@@ -63,14 +66,13 @@ def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
 
 
 def top_p_of_top_k(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
-    """Top-k, then top-p over the k survivors only: what `warp` computes, in compiled predictor frames.
-    HF sorts the whole vocabulary for top-p, though after top-k all but k ids are -inf (they sort first
-    and add exact zeros to the cumulative sum): a [B, V] sort is 2.4 ms per step at 16 rows of a
-    2048-id vocabulary on one thread of this EPYC, most of a compiled frame; top-k's own topk is 0.4 ms.
-    The same cut, except (1) the softmax over the k survivors sums k values, not V with zeros among
-    them, so a probability may differ in its last bit (compiled frames promise the eager codes, not
-    their floats: a cut that flips needs a cumulative sum within an ulp of 1 - top_p) and (2) an exact
-    tie at the k-th largest logit keeps k ids where HF keeps every tied one."""
+    """Top-k, then top-p over the k survivors only: `warp`'s cut in the default mode and in compiled frames
+    (exact mode's is HF's: a sort of the whole vocabulary, per row and codebook, the largest part of a sampled
+    frame's sampling). After top-k all but k ids are -inf: HF's sort puts them first and they add exact zeros
+    to the cumulative sum, so the cut is the same, except (1) the softmax over the k survivors sums k values,
+    not V with zeros among them, so a probability may differ in its last bit (a cut that flips needs a
+    cumulative sum within an ulp of 1 - top_p) and (2) an exact tie at the k-th largest logit keeps k ids
+    where HF keeps every tied one."""
     values, ids = torch.topk(logits, min(cfg.top_k, logits.shape[-1]))  # [B, k], largest first
     values, ids = values.flip(-1), ids.flip(-1)  # ascending, as HF's sort puts them
     drop = values.softmax(dim=-1).cumsum(dim=-1) <= (1 - cfg.top_p)

@@ -169,8 +169,24 @@ def spread_weights(model) -> None:
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() >= 2 and "code2wav" not in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * (1.0 / p.shape[-1]) ** 0.5)
+                draw(p, gen, (1.0 / p.shape[-1]) ** 0.5)
     spread_codec(model.code2wav)
+
+
+def draw(p, gen, std: float = 1.0, mean: float | None = None) -> None:
+    """p ← N(mean, std²) from `gen`, in place: the floats of `p.copy_(torch.randn(p.shape, generator=gen) * std
+    [+ mean])` (randn is normal_ on a new tensor, and the scale and shift round as they did) without a second
+    copy of p (building a real-width checkpoint spent as long copying as drawing). Another dtype than float32
+    is drawn in float32 and rounded, as the copy rounded it."""
+    import torch
+
+    if p.dtype != torch.float32:
+        x = torch.randn(p.shape, generator=gen) * std
+        p.copy_(x if mean is None else x + mean)
+        return
+    p.normal_(generator=gen).mul_(std)
+    if mean is not None:
+        p.add_(mean)
 
 
 def spread_codec(code2wav, seed: int = SEED + 2, skip: frozenset[str] = frozenset()) -> None:
@@ -180,7 +196,6 @@ def spread_codec(code2wav, seed: int = SEED + 2, skip: frozenset[str] = frozense
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    rand = lambda shape, std, mean=0.0: torch.randn(shape, generator=gen) * std + mean  # noqa: E731
     final = f"decoder.{len(code2wav.decoder) - 1}."
     with torch.no_grad():
         for name, p in code2wav.named_parameters():
@@ -188,20 +203,20 @@ def spread_codec(code2wav, seed: int = SEED + 2, skip: frozenset[str] = frozense
             if name in skip:
                 continue
             if name == "code_embedding.weight":
-                p.copy_(rand(p.shape, 1.0))
+                draw(p, gen, 1.0, 0.0)
             elif p.dim() >= 2:
                 fan_in = 2 * p.shape[0] if isinstance(_owner(code2wav, name), torch.nn.ConvTranspose1d) \
                     else p[0].numel()
                 gain = 0.1 if name.startswith(final) else 0.3 if ".conv2." in name else 1.0
-                p.copy_(rand(p.shape, gain * fan_in ** -0.5))
+                draw(p, gen, gain * fan_in ** -0.5, 0.0)
             elif leaf in ("alpha", "beta"):
-                p.copy_(rand(p.shape, 0.3))
+                draw(p, gen, 0.3, 0.0)
             elif leaf in ("scale", "gamma"):
-                p.copy_(rand(p.shape, 0.2))
+                draw(p, gen, 0.2, 0.0)
             elif leaf == "weight":  # norms
-                p.copy_(rand(p.shape, 0.1, 1.0))
+                draw(p, gen, 0.1, 1.0)
             else:  # biases
-                p.copy_(rand(p.shape, 0.1))
+                draw(p, gen, 0.1, 0.0)
         out = code2wav.decoder[-1].conv
         out.weight.sub_(out.weight.mean(dim=(1, 2), keepdim=True))
         out.bias.zero_()

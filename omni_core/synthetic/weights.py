@@ -39,11 +39,11 @@ def spread(module: torch.nn.Module, gen: torch.Generator) -> None:
     """Matrices ~ N(0, 1/fan_in), norm weights near 1, biases small: logits spread, codes vary."""
     for name, p in module.named_parameters():
         if p.dim() >= 2:
-            p.copy_(torch.randn(p.shape, generator=gen) * p[0].numel() ** -0.5)
+            tiny.draw(p, gen, p[0].numel() ** -0.5)
         elif name.endswith(("norm.weight", "layernorm.weight")):
-            p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+            tiny.draw(p, gen, 0.1, 1.0)
         else:
-            p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            tiny.draw(p, gen, 0.1)
 
 
 @torch.no_grad()
@@ -52,7 +52,7 @@ def spread_codec(decoder: torch.nn.Module, gen: torch.Generator) -> None:
     for name, p in decoder.named_parameters():
         leaf = name.rsplit(".", 1)[-1]
         if leaf == "embedding_sum":
-            p.copy_(torch.randn(p.shape, generator=gen))
+            tiny.draw(p, gen)
         elif leaf == "cluster_usage":
             p.copy_(torch.rand(p.shape, generator=gen) + 0.5)
     codebooks = frozenset(n for n, _ in decoder.named_parameters() if n.endswith(("embedding_sum", "cluster_usage")))
