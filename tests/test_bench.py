@@ -38,3 +38,17 @@ def test_versions_report_takes_each_versions_median_over_rounds():
             ("tiny-8", "new"): rounds((25.0, 0.1), (500.0, 9.0), (15.0, 0.3))}
     out = report(runs, ["old", "new"], ["tiny-8"])
     assert out["tiny-8", "old"] == (20.0, 0.2) and out["tiny-8", "new"] == (25.0, 0.3)
+
+
+def test_plan_timing_reports_what_the_planner_would_take():
+    """benchmarks.plan_timing: both plans timed, in microseconds, and the one taken is the one `timing.fastest`
+    takes from those times (a lone row first: within LONE_ROW_SLACK of the fastest 1-row call, then 8 rows)."""
+    from benchmarks.plan_timing import main
+    from omni_core.planner.timing import LONE_ROW_SLACK
+
+    (row,) = main(["--shapes", "96x64+bias", "--dtype", "float32", "--threads", "2", "--runs", "1"])
+    us = row["us_1_and_8_rows"]
+    assert set(us) == {"aten", "serial"} and all(t > 0 for pair in us.values() for t in pair)
+    lone = min(one for one, _ in us.values())
+    near = {k: eight for k, (one, eight) in us.items() if one <= LONE_ROW_SLACK * lone}
+    assert row["takes"] == min(near, key=near.get) or near[row["takes"]] == min(near.values())
