@@ -104,6 +104,32 @@ def test_a_load_waits_for_another_process_probing_and_takes_its_plans(loaded, ca
     assert set(talker_plans(talker).values()) == {theirs}
 
 
+def test_a_load_whose_shapes_are_all_known_does_not_wait_for_a_probing_process(loaded, cache, probes):
+    """Another process probing (this test holding the plan file's lock) keeps a load waiting only when the load
+    has shapes to probe: one whose every shape is in the file reads its plans and goes on."""
+    import threading
+
+    from omni_core.cache import locked
+
+    first = copy.deepcopy(loaded)
+    plans.plan_modules([first], CPU)  # every shape probed into this folder's file
+    probes[0] = 0
+    talker = copy.deepcopy(loaded)
+    for m in talker.modules():  # forget them
+        if isinstance(m, invariant.Linear):
+            m.set_plan(invariant.PLAIN)
+    got = {}
+    with locked(plans.path(CPU)):
+        loading = threading.Thread(target=lambda: got.update(probed=plans.plan_modules([talker], CPU)))
+        loading.start()
+        loading.join(timeout=60)
+        waited = loading.is_alive()
+    loading.join()
+    assert not waited, "a load with nothing to probe waited for the lock"
+    assert got["probed"] == {} and probes[0] == 0
+    assert talker_plans(talker) == talker_plans(first)
+
+
 def test_the_file_is_the_machines_own(cache):
     """Another thread count (or CPU, or torch build) is another machine: its own file."""
     first = plans.path(CPU)

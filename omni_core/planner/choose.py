@@ -37,11 +37,18 @@ RULE = 11  # the way plans are chosen; a change of it makes every machine choose
 Key = tuple  # (shape, dtype, device type, bias?, kernels): what a plan depends on besides the machine
 
 
+class Unplanned(LookupError):
+    """A shape with no plan in `chosen`, where the caller asked not to probe (plan_linears(probe=False))."""
+
+
 def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict[Key, Plan],
-           kernels: frozenset[Kernel] = ALL_KERNELS) -> Plan:
-    """The plan for this weight's shape and dtype, probed once per key (kept in `chosen`)."""
+           kernels: frozenset[Kernel] = ALL_KERNELS, probe: bool = True) -> Plan:
+    """The plan for this weight's shape and dtype, probed once per key (kept in `chosen`); probe=False: raises
+    Unplanned instead of probing."""
     key = (tuple(weight.shape), weight.dtype, weight.device.type, bias is not None, kernels)
     if key not in chosen:
+        if not probe:
+            raise Unplanned(key)
         chosen[key] = _choose(weight, bias, kernels)
     return chosen[key]
 
@@ -78,18 +85,19 @@ def _choose(weight: torch.Tensor, bias: torch.Tensor | None, kernels: frozenset[
 
 
 def plan_linears(modules, chosen: dict[Key, Plan] | None = None,
-                 kernels: frozenset[Kernel] = ALL_KERNELS) -> dict[Key, Plan]:
+                 kernels: frozenset[Kernel] = ALL_KERNELS, probe: bool = True) -> dict[Key, Plan]:
     """Choose the plan of every batch-invariant matmul in `modules` (after their weights are loaded):
     each Linear, and each module with `plan_weights()` (the MoE router and experts, whose stacked
     weights are never packed), probing each distinct shape once.
     kernels: what a plan may use (ATEN_ONLY in compiled graphs; NO_PACKING where no packed copies fit).
+    probe=False: only what `chosen` holds (Unplanned at the first shape it lacks).
     Returns the table {key: Plan}, `chosen` filled in."""
     chosen = {} if chosen is None else chosen
     for root in modules:
         for module in root.modules():
             if isinstance(module, Linear):
-                module.set_plan(choose(module.weight, module.bias, chosen, kernels))
+                module.set_plan(choose(module.weight, module.bias, chosen, kernels, probe))
             elif hasattr(module, "plan_weights"):
                 stacked = NO_PACKING if Kernel.SERIAL in kernels else ATEN_ONLY
-                module.plans = [choose(w, None, chosen, stacked) for w in module.plan_weights()]
+                module.plans = [choose(w, None, chosen, stacked, probe) for w in module.plan_weights()]
     return chosen

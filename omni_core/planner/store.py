@@ -23,7 +23,8 @@ import torch
 from omni_core.cache import cache_dir, locked, machine
 from omni_core.loading import memory
 from omni_core.models.invariant import Kernel, Linear, Plan
-from omni_core.planner.choose import ALL_KERNELS, ATEN_ONLY, NO_PACKING, RULE, TIMED_BYTES, Key, plan_linears
+from omni_core.planner.choose import (ALL_KERNELS, ATEN_ONLY, NO_PACKING, RULE, TIMED_BYTES, Key, Unplanned,
+                                     plan_linears)
 
 PACK_HEADROOM = 0.5  # of the packed bytes, left free after packing (the requests' caches, the page)
 
@@ -35,6 +36,11 @@ def plan_modules(modules, device: torch.device, fast_kernels: bool = True) -> di
     packed copies fit beside the weights (`room_to_pack`)."""
     modules = list(modules)
     kernels = ATEN_ONLY if not fast_kernels else ALL_KERNELS if room_to_pack(modules, device) else NO_PACKING
+    try:  # every shape known (the file is replaced whole, never half-written): no lock, nothing to probe
+        plan_linears(modules, read(device), kernels, probe=False)
+        return {}
+    except Unplanned:
+        pass
     # One process probes at a time, and the first answer stays: plans are chosen partly by timing, so two
     # processes probing a shape together could choose differently, and a later load in either would then
     # read the other's plan and give other last bits than its first load did.
