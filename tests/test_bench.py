@@ -52,3 +52,11 @@ def test_plan_timing_reports_what_the_planner_would_take():
     lone = min(one for one, _ in us.values())
     near = {k: eight for k, (one, eight) in us.items() if one <= LONE_ROW_SLACK * lone}
     assert row["takes"] == min(near, key=near.get) or near[row["takes"]] == min(near.values())
+
+
+def test_top_p_cut_times_both_cuts_for_both_predictors():
+    from benchmarks.top_p_cut import main
+
+    rows = main(["--models", "tiny", "--rows", "2", "--rounds", "1", "--threads", "1"])
+    assert {(r["predictor"], r["rows"]) for r in rows} == {("kv", 2), ("reprefill", 2)}
+    assert all(r["hf_sort_ms"] > 0 and r["top_k_first_ms"] > 0 for r in rows)
