@@ -32,7 +32,8 @@ ATEN_ONLY = frozenset({Kernel.ATEN})
 NO_PACKING = frozenset({Kernel.ATEN, Kernel.SERIAL})
 ALL_KERNELS = frozenset(Kernel)
 TIMED_BYTES = 4 * 2**20  # weights this large choose their plan by timing: the kernel, not the calls, costs there
-RULE = 11  # the way plans are chosen; a change of it makes every machine choose its plans again (store.py)
+RULE = 12  # the way plans are chosen; a change of it makes every machine choose its plans again (store.py). 12: the
+# machine key holds OpenMP's wait policy (cache.py), and a rule-11 file may hold plans timed under another policy
 
 Key = tuple  # (shape, dtype, device type, bias?, kernels): what a plan depends on besides the machine
 
