@@ -18,8 +18,8 @@ import os
 import torch
 
 from benchmarks.bench import machine
-from omni_core.models.invariant import Kernel, on_one_thread
 from omni_core.planner import probe, timing
+from omni_core.planner.choose import serial_plan
 
 # The 0.6B Qwen3-TTS bfloat16 shapes whose plan changed with the wait policy on an EPYC Zen 4
 SHAPES = ("1024x512+bias", "2048x512", "3072x512", "512x1024", "512x1024+bias")
@@ -39,8 +39,7 @@ def time_shape(shape: str, dtype: torch.dtype) -> dict:
     (1 row and 8 rows, weight hot in the cache, 21 rounds), and the one `timing.fastest` takes."""
     weight, bias = weight_of(shape, dtype)
     run = probe.first_holding(weight, bias)
-    serial = on_one_thread(probe.first_holding, weight, bias)._replace(kernel=Kernel.SERIAL)
-    plans = [run, serial]
+    plans = [run, serial_plan(weight, bias)]
     times = timing.timings(plans, weight, bias, evict=False, repeats=21)
     us = {p.kernel.value: [round(t * 1e6, 1) for t in times[p]] for p in plans}
     return dict(shape=shape, dtype=str(dtype).replace("torch.", ""), plan=f"{run.pad_min}-{run.chunk}",

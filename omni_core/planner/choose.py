@@ -65,9 +65,8 @@ def _choose(weight: torch.Tensor, bias: torch.Tensor | None, kernels: frozenset[
     large = timed(weight)
     others, packed = [], None
     if not large and Kernel.SERIAL in kernels and weight.device.type == "cpu":
-        serial = on_one_thread(probe.first_holding, weight, bias)
+        serial = serial_plan(weight, bias)
         if serial != ROWWISE:
-            serial = serial._replace(kernel=Kernel.SERIAL)
             others.append(serial)
         if torch.get_num_threads() == 1:  # the same calls; and a serial plan holds at any thread count
             return serial
@@ -83,6 +82,13 @@ def _choose(weight: torch.Tensor, bias: torch.Tensor | None, kernels: frozenset[
     plans = [plan, *others]
     times = timing.timings(plans, weight, bias, packed=packed, evict=large, repeats=7 if large else 21)
     return timing.fastest(plans, times)
+
+
+def serial_plan(weight: torch.Tensor, bias: torch.Tensor | None) -> Plan:
+    """The first plan that holds on one thread, as Kernel.SERIAL (which holds whatever the engine's threads);
+    ROWWISE where none does."""
+    plan = on_one_thread(probe.first_holding, weight, bias)
+    return plan if plan == ROWWISE else plan._replace(kernel=Kernel.SERIAL)
 
 
 def plan_linears(modules, chosen: dict[Key, Plan] | None = None,
