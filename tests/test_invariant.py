@@ -11,7 +11,7 @@ from omni_core.models import onednn
 from omni_core.models.invariant import ONEDNN, PLAIN, ROWWISE, SAFE, Kernel, Linear, Plan, linear
 from omni_core.planner import probe, timing
 from omni_core.planner.choose import ATEN_ONLY, NO_PACKING, TIMED_BYTES, choose
-from omni_core.planner.probe import MIN_RUN, candidates, first_holding, holds, runs
+from omni_core.planner.probe import MIN_RUN, PROBE_ROWS, WIDE_NUMEL, WIDE_ROWS, candidates, first_holding, holds, runs
 from omni_core.planner.timing import fastest
 
 from .conftest import our_pipeline
@@ -36,9 +36,9 @@ def test_a_row_is_the_same_alone_and_in_any_batch_at_any_position(shape, dtype):
     weight, bias, g = weights(K, N, dtype, bias=K == 64)
     plan = choose(weight, bias, {})
     packed = onednn.pack(weight) if plan.kernel is Kernel.ONEDNN else None
-    x = torch.randn(70, K, generator=g).to(dtype)
+    x = torch.randn(150, K, generator=g).to(dtype)
     alone = torch.cat([linear(x[i:i + 1], weight, bias, plan, packed) for i in range(len(x))])  # each row alone
-    for rows in (2, 3, 4, 5, 8, 14, 15, 16, 17, 31, 32, 33, 47, 70):
+    for rows in (2, 3, 4, 5, 8, 14, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 70, 129, 150):  # across both chunks
         together = linear(x[:rows], weight, bias, plan, packed)
         assert torch.equal(together, alone[:rows]), f"{plan}: {rows} rows differ from the same rows alone"
     for position in (1, 7, 20):  # the same vector among others, somewhere else in the batch
@@ -47,14 +47,14 @@ def test_a_row_is_the_same_alone_and_in_any_batch_at_any_position(shape, dtype):
         assert torch.equal(linear(moved, weight, bias, plan, packed)[position], alone[0])
 
 
-def every_row_as_alone(plan: Plan, weight: torch.Tensor, seed: int = 1) -> bool:
-    """Apart from `holds` (other data, plain F.linear): whether every row of every call of pad_min..chunk rows,
-    at offsets 0 and 3, equals that row's own call padded to pad_min rows, bit for bit."""
+def every_row_as_alone(plan: Plan, weight: torch.Tensor, seed: int = 1, first: int = 2) -> bool:
+    """Apart from `holds` (other data, plain F.linear): whether every row of every call of first..chunk rows
+    (at least pad_min), at offsets 0 and 3, equals that row's own call padded to pad_min rows, bit for bit."""
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(plan.chunk + 3, weight.shape[1], generator=g).to(weight.dtype)
     solo = torch.cat([F.linear(F.pad(X[r:r + 1], (0, 0, 0, plan.pad_min - 1)), weight)[:1] for r in range(len(X))])
     return all(torch.equal(F.linear(X[o:o + M], weight), solo[o:o + M])
-               for M in range(max(2, plan.pad_min), plan.chunk + 1) for o in (0, 3))
+               for M in range(max(first, plan.pad_min), plan.chunk + 1) for o in (0, 3))
 
 
 @pytest.mark.parametrize("dtype, shape, broken", [
@@ -74,6 +74,34 @@ def test_a_plan_that_breaks_invariance_is_rejected(dtype, shape, broken):
     if one_kernel:
         pytest.skip(f"this CPU runs {broken.pad_min}..{broken.chunk} rows of {tuple(shape)} {dtype} in one kernel")
     assert holds(SAFE, weight)
+
+
+@pytest.mark.parametrize("dtype, shape, plan", [
+    (torch.float32, (1024, 3072), Plan(1, WIDE_ROWS)),  # a lone row's kernel: broken where Plan(1, 32) is
+    (torch.float32, (1024, 3072), Plan(4, WIDE_ROWS)),  # the float32 plan on an EPYC, widened
+    (torch.bfloat16, (1024, 3072), Plan(2, WIDE_ROWS)),  # the bfloat16 plan there, widened
+])
+def test_calls_of_33_to_64_rows_are_checked_before_a_plan_is_widened(dtype, shape, plan):
+    """`widened` takes chunk WIDE_ROWS only where `holds` finds every call of 33..64 rows equal to its rows
+    alone; `holds` on those counts must agree with an independent check (other data, plain F.linear)."""
+    weight, _, _ = weights(*shape, dtype)
+    beyond = range(PROBE_ROWS + 1, WIDE_ROWS + 1)
+    assert holds(plan, weight, counts=beyond) == every_row_as_alone(plan, weight, first=PROBE_ROWS + 1)
+    narrow = plan._replace(chunk=PROBE_ROWS)
+    if holds(narrow, weight):
+        want = plan if holds(plan, weight, counts=beyond) else narrow
+        assert probe.widened(narrow, weight, None) == want
+
+
+def test_only_plans_of_the_full_run_and_weights_of_a_few_rows_a_call_are_widened():
+    """A plan cut before 32 rows (its run ends there), a plan of another kernel than F.linear (oneDNN's weight is
+    packed for 32 rows), and a weight over WIDE_NUMEL elements (a vocabulary head: a few rows a call) keep their
+    chunk, unchecked. (A one-thread plan is widened on one thread before it is named SERIAL: choose.serial_plan.)"""
+    weight, _, _ = weights(64, 192, torch.float32)
+    for plan in (Plan(2, 15), Plan(4, 32, Kernel.SERIAL), ONEDNN, ROWWISE):
+        assert probe.widened(plan, weight, None) is plan
+    huge = torch.empty(WIDE_NUMEL // 64 + 1, 64, device="meta")  # never called: its size alone decides
+    assert probe.widened(Plan(4, 32), huge, None) == Plan(4, 32)
 
 
 def test_a_gate_with_one_output_where_no_gemm_run_holds_sums_row_by_row():

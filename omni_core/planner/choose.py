@@ -12,7 +12,9 @@ What each kind of weight ends up with, and why:
                   (where a step reads its weights from memory, rows beside a lone one cost almost nothing)
   otherwise       SAFE (every row in the 16-32 row kernel) if it holds, or ROWWISE (a 1-output gate)
 
-so every row of any batch gets its solo bits. A lone row's last bits may differ from the 1-row call
+A plan whose rows 2-32 hold cuts calls at 64 rows instead of 32 where rows 33-64 hold too (probe.widened:
+a prompt's prefill and a batch of re-prefill rows then read the weights half as often), so every row of any
+batch gets its solo bits. A lone row's last bits may differ from the 1-row call
 the official implementations make: exact mode runs PLAIN for those. The CPUs measured, and what each
 choice costs there: BENCHMARKS.md, "Batch invariance: which rows share a kernel".
 """
@@ -32,8 +34,8 @@ ATEN_ONLY = frozenset({Kernel.ATEN})
 NO_PACKING = frozenset({Kernel.ATEN, Kernel.SERIAL})
 ALL_KERNELS = frozenset(Kernel)
 TIMED_BYTES = 4 * 2**20  # weights this large choose their plan by timing: the kernel, not the calls, costs there
-RULE = 12  # the way plans are chosen; a change of it makes every machine choose its plans again (store.py). 12: the
-# machine key holds OpenMP's wait policy (cache.py), and a rule-11 file may hold plans timed under another policy
+RULE = 13  # the way plans are chosen; a change of it makes every machine choose its plans again (store.py). 13: a
+# plan whose run reaches 32 rows is checked on to 64 and then cuts calls there (probe.widened)
 
 Key = tuple  # (shape, dtype, device type, bias?, kernels): what a plan depends on besides the machine
 

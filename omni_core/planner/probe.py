@@ -18,19 +18,21 @@ PROBE_ROWS = 32  # row counts 1..PROBE_ROWS are mapped and checked
 PROBE_OUTPUTS, PROBE_ROWS_MAX = 2**20, 2**14  # a half-precision weight's plan is checked on this many outputs
 # (of at most this many rows: `holds`), where rare last bits show
 MIN_RUN = 8  # a plan's run of row counts at least this long, where the CPU has one (`candidates`)
+WIDE_ROWS = 64  # a plan whose run reaches PROBE_ROWS is checked on up to this many rows (`widened`)
+WIDE_NUMEL = 2**25  # ... for weights of at most this many elements (a vocabulary head takes a few rows a call)
 
 
 def holds(plan: Plan, weight: torch.Tensor, bias: torch.Tensor | None = None, seed: int = 0,
-          packed: torch.Tensor | None = None) -> bool:
-    """Whether every row of every call of 1..PROBE_ROWS rows, at offsets 0 and 3 of random data, equals
+          packed: torch.Tensor | None = None, counts: range = range(2, PROBE_ROWS + 1)) -> bool:
+    """Whether every row of every call of `counts` rows, at offsets 0 and 3 of random data, equals
     that row's own 1-row call under `plan`, bit for bit; and, for a narrow half-precision weight, so do
-    PROBE_OUTPUTS outputs' rows (at most PROBE_ROWS_MAX) in calls of 2..PROBE_ROWS rows in turn: a bfloat16
+    PROBE_OUTPUTS outputs' rows (at most PROBE_ROWS_MAX) in calls of `counts` rows in turn: a bfloat16
     output hides most of two kernels' differences in summing order, so they show in rare last bits only,
     which 35 rows miss (BENCHMARKS.md, "Batch invariance")."""
     if plan.kernel is Kernel.SERIAL and torch.get_num_threads() > 1:  # its calls on one thread: switch once
-        return on_one_thread(holds, plan, weight, bias, seed, packed)
+        return on_one_thread(holds, plan, weight, bias, seed, packed, counts)
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    rows = PROBE_ROWS + 3
+    rows = counts[-1] + 3
     if weight.element_size() < 4:
         rows = max(rows, min(PROBE_OUTPUTS // weight.shape[0], PROBE_ROWS_MAX))
     X = torch.randn(rows, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
@@ -38,15 +40,16 @@ def holds(plan: Plan, weight: torch.Tensor, bias: torch.Tensor | None = None, se
         packed = onednn.pack(weight)
     with torch.no_grad():
         solo = torch.cat([linear(X[r:r + 1], weight, bias, plan, packed) for r in range(X.shape[0])])
-        for M in range(2, PROBE_ROWS + 1):
+        for M in counts:
             for offset in (0, 3):
                 if not torch.equal(linear(X[offset:offset + M], weight, bias, plan, packed), solo[offset:offset + M]):
                     return False
-        at, M = PROBE_ROWS + 3, 2
+        at, turn = counts[-1] + 3, 0
         while at < rows:
+            M = counts[turn % len(counts)]  # counts in turn, from the first
             if not torch.equal(linear(X[at:at + M], weight, bias, plan, packed), solo[at:at + M]):
                 return False
-            at, M = at + M, 2 + (M - 1) % (PROBE_ROWS - 1)  # 2, 3, .., PROBE_ROWS, 2, ..
+            at, turn = at + M, turn + 1
     return True
 
 
@@ -82,5 +85,16 @@ def candidates(found: list[tuple[int, int]]) -> list[Plan]:
 
 
 def first_holding(weight: torch.Tensor, bias: torch.Tensor | None) -> Plan:
-    """The first of `candidates` that passes `holds` on the calling thread's kernels, else ROWWISE."""
-    return next((p for p in candidates(runs(weight, bias)) if holds(p, weight, bias)), ROWWISE)
+    """The first of `candidates` that passes `holds` on the calling thread's kernels (`widened`), else ROWWISE."""
+    plan = next((p for p in candidates(runs(weight, bias)) if holds(p, weight, bias)), ROWWISE)
+    return widened(plan, weight, bias)
+
+
+def widened(plan: Plan, weight: torch.Tensor, bias: torch.Tensor | None) -> Plan:
+    """`plan` cutting calls at WIDE_ROWS instead of PROBE_ROWS where every call of PROBE_ROWS+1..WIDE_ROWS
+    rows holds too (`holds`); else `plan`. A GEMM of many rows runs nearer the CPU's peak than the same rows
+    cut into blocks of 32, each reading all the weights: a prompt's prefill, a batch of re-prefill rows."""
+    if plan.chunk != PROBE_ROWS or plan.kernel is not Kernel.ATEN or weight.numel() > WIDE_NUMEL:
+        return plan
+    wide = plan._replace(chunk=WIDE_ROWS)
+    return wide if holds(wide, weight, bias, counts=range(PROBE_ROWS + 1, WIDE_ROWS + 1)) else plan
