@@ -2,7 +2,8 @@
 
 `runs` groups the row counts 1..PROBE_ROWS by the kernel that computes them; `candidates` turns
 those runs into plans to try, cheapest first; `holds` checks a plan at every row count and two
-offsets, bit for bit against each row's lone call. The answer depends on the shape, the dtype and
+offsets, bit for bit against each row's lone call; `widened` extends a plan that holds up to PROBE_ROWS
+to WIDE_ROWS where every count between holds too. The answer depends on the shape, the dtype and
 the machine's kernels, never on the weights' values (so it is kept per machine: store.py).
 """
 

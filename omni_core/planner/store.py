@@ -1,6 +1,6 @@
 """The plans kept per machine in the cache folder, so a later load on the same machine probes nothing.
 
-Choosing a shape's plan runs its GEMM some 1,500 times over 1..32 rows, most of a first load's time
+Choosing a shape's plan runs its GEMM some 1,500 times over 1..64 rows, most of a first load's time
 at real widths (BENCHMARKS.md, "Batch invariance"). The answer depends on the shape, the dtype and
 the machine's kernels (cache.machine), never on the weights' values, so it is kept in
 <cache folder>/plans/<machine>-rule<N>.json: one file per machine and way of choosing (choose.RULE),
