@@ -32,7 +32,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """HF's RMSNorm over the last dim: normalise in float32, cast back, then scale by `weight`
     ([D], or [heads, D] for per-head weights)."""
     if x.dtype == torch.float32 and weight.dtype == torch.float32 and weight.dim() == 1:
-        return F.rms_norm(x, weight.shape, weight, eps=eps)  # one kernel, the same maths
+        return F.rms_norm(x, weight.shape, weight, eps=eps)  # the same maths in one call (on CPU, ATen's ops in turn)
     return weight * F.rms_norm(x.float(), x.shape[-1:], eps=eps).to(x.dtype)
 
 
