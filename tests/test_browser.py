@@ -117,14 +117,16 @@ def test_fits_a_phone_screen(page):
 
 
 def test_stop_ends_a_long_request_and_the_next_runs(page):
-    set_max_frames(page, 400)
+    # The slider's most: on a loaded machine the page draws behind the engine, and a shorter request can
+    # finish (no "Stopped") before the click reaches it.
+    set_max_frames(page, 1500)
     page.locator("#generate").click()
     page.wait_for_function("() => document.querySelector('#stats')?.innerText.includes('Generating')")
     page.wait_for_function("() => /[1-9]\\d* frames/.test(document.querySelector('#heatmap .gtitle')?.textContent)")
     page.locator("#stop").click()
     page.wait_for_function("() => document.querySelector('#stats')?.innerText.includes('Stopped')", timeout=15_000)
     frames = int(heatmap_title(page).split(" frames")[0].split()[-1])
-    assert 0 < frames < 400
+    assert 0 < frames < 1500
 
     set_max_frames(page, 12)
     stats = generate_and_wait(page, "re-prefill")
