@@ -10,6 +10,9 @@ skipped and says so):
   predictor   the real-size code predictor (5 layers, hidden 1024, 2048 codes), per batch:
               ms per call (= one frame for every row) of HF generate, eager KV, eager
               re-prefill, the CUDA graph re-prefill (GraphPredictor)
+  tts         Qwen3-TTS at the real widths (--tts: 0.6B and 1.7B, random weights drawn on the GPU): one
+              request on re-prefill with and without the CUDA graph (codes compared) and on KV: first audio,
+              RTF; then 1/8/16 at once in the page's mix (frames/s, first-audio p95); then int8 weights
   pipeline    load_pipeline(--model) (default: the full-size random-weight speech path),
               a warm-up request, then speak mode, --frames frames, re-prefill predictor with
               the CUDA graph: first audio, per-stage seconds (result.stats), RTF, peak memory
@@ -41,10 +44,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SECTIONS = ("machine", "tests", "predictor", "pipeline", "concurrent", "compiled")
+SECTIONS = ("machine", "predictor", "tts", "tests", "pipeline", "concurrent", "compiled")
 # Engine test files: the app and browser tests need Gradio and a browser, which the device lacks.
 APP_TESTS = ("test_app", "test_browser", "test_cli")
 FULL_SIZE = "random:qwen3-omni-30b-a3b"
+TTS_SIZES = "random:qwen3-tts-0.6b,random:qwen3-tts-1.7b"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -59,18 +63,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", default=FULL_SIZE, help="pipeline source for load_pipeline")
     p.add_argument("--frames", type=int, default=100, help="frames per pipeline request")
     p.add_argument("--concurrent", type=int, default=8, help="requests at once in the last section")
+    p.add_argument("--tts", default=TTS_SIZES, help="comma-separated Qwen3-TTS sources for the tts section")
+    p.add_argument("--tts-counts", default="1,8,16", help="requests at once in the tts section")
     p.add_argument("--tests-timeout-s", type=float, default=240.0)
     args = p.parse_args(argv)
     args.skip = {s for s in args.skip.split(",") if s}
+    args.tts = [s for s in args.tts.split(",") if s]
     unknown = args.skip - set(SECTIONS)
     if unknown:
         p.error(f"unknown section(s) in --skip: {', '.join(sorted(unknown))}; known: {', '.join(SECTIONS)}")
-    try:
-        args.batches = [int(b) for b in args.batches.split(",") if b]
-    except ValueError:
-        p.error(f"--batches must be comma-separated integers, got {args.batches!r}")
-    if not args.batches or min(args.batches) < 1:
-        p.error("--batches needs at least one size, each at least 1")
+    for name in ("batches", "tts_counts"):
+        try:
+            setattr(args, name, [int(b) for b in getattr(args, name).split(",") if b])
+        except ValueError:
+            p.error(f"--{name.replace('_', '-')} must be comma-separated integers, got {getattr(args, name)!r}")
+        if not getattr(args, name) or min(getattr(args, name)) < 1:
+            p.error(f"--{name.replace('_', '-')} needs at least one size, each at least 1")
     if args.frames < 1 or args.repeats < 1 or args.concurrent < 1:
         p.error("--frames, --repeats and --concurrent must be at least 1")
     return args
@@ -195,7 +203,8 @@ def predictor(args, deadline: float) -> dict:
             cases["graph_reprefill"] = lambda: graph.run("reprefill", h, e0, greedy, use_graph=True)
         with torch.no_grad():
             t = interleaved(cases, args.repeats, warmup=2)
-        out["batches"][str(B)] = _timings(t, B)
+            same = None if graph is None else torch.equal(cases["graph_reprefill"]()[0], predict_reprefill(cp, h, e0)[0])
+        out["batches"][str(B)] = {**_timings(t, B), "graph_codes_equal_eager": same}
         print(f"  batch {B}: " + ", ".join(f"{k} {1000 * v:.2f} ms" for k, v in t.items()), flush=True)
     return out
 
@@ -346,11 +355,97 @@ def concurrent(args, deadline: float) -> dict:
     return out
 
 
+def tts_request(way: str, frames: int):
+    """One greedy Qwen3-TTS request: 'graph' (re-prefill in the CUDA graph), 'reprefill' (eager) or 'kv'."""
+    from omni_core import SpeechRequest
+    predictor = "kv" if way == "kv" else "reprefill"
+    return SpeechRequest(TEXT, predictor=predictor, cuda_graph=way == "graph", max_frames=frames)
+
+
+def tts(args, deadline: float) -> dict:
+    """Per Qwen3-TTS source: a lone request three ways, then N at once (the page's mix), then int8 weights."""
+    out = {}
+    for source in args.tts:
+        if time.perf_counter() > deadline - 30:
+            out[source] = {"skipped": "budget"}
+            continue
+        try:
+            out[source] = tts_size(args, source)
+        except Exception as e:  # the next size still runs
+            traceback.print_exc()
+            out[source] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+        print(f"  {source}: " + json.dumps(out[source], default=_jsonable)[:3000], flush=True)
+    return out
+
+
+def tts_size(args, source: str) -> dict:
+    import gc
+
+    import torch
+
+    from benchmarks.bench import page_mix, run_concurrently
+    from omni_core import load_pipeline
+
+    counts = args.tts_counts
+    t0 = time.perf_counter()
+    pipe = load_pipeline(source, device=args.device, dtype=args.dtype, max_batch=max(counts), max_waiting=max(counts))
+    _sync(args.device)
+    row: dict = {"load_s": time.perf_counter() - t0, "info": pipe.info}
+    try:
+        timed_stream(pipe, tts_request("graph", 3), args.device)  # warm-up: graph capture, first calls
+        ways = ("graph", "reprefill", "kv") if args.device.startswith("cuda") else ("reprefill", "kv")
+        solo = {way: timed_stream(pipe, tts_request(way, args.frames), args.device) for way in ways}
+        codes = {way: pipe.generate(tts_request(way, args.frames)).codes for way in ways}
+        row["solo"] = {way: {"first_audio_ms": 1000 * r["first_audio_s"], "rtf": r["wall_s"] / (r["frames"] * 0.08),
+                             "frames": r["frames"], "stage_ms": r["stage_ms"]} for way, r in solo.items()}
+        if "graph" in codes:
+            row["graph_codes_equal_eager"] = bool((codes["graph"] == codes["reprefill"]).all())
+        row["kv_codes_equal_reprefill"] = bool((codes["kv"] == codes["reprefill"]).all())
+        row["at_once"] = {}
+        for n in counts:
+            r = run_concurrently(pipe, page_mix(n, args.frames))
+            row["at_once"][str(n)] = {"frames_per_s": r["frames_per_s"], "wall_s": r["wall_s"],
+                                      "first_audio_p95_s": sorted(r["first_audio_s"])[-1 - len(r["first_audio_s"]) // 20]}
+        one = row["at_once"][str(counts[0])]["frames_per_s"]
+        row["fps_over_one"] = {n: v["frames_per_s"] / one for n, v in row["at_once"].items()}
+        if args.device.startswith("cuda"):
+            row["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    finally:
+        pipe.close()
+        del pipe
+        gc.collect()
+    row["int8"] = tts_int8(args, source)
+    return row
+
+
+def tts_int8(args, source: str) -> dict:
+    """int8 weights: a lone greedy KV request, its speed and how many cells keep the float model's code."""
+    import gc
+
+    from omni_core import load_pipeline
+    try:
+        pipe = load_pipeline(source, device=args.device, quantize="int8")
+    except Exception as e:  # refused or unsupported on this device: say so
+        return {"error": f"{type(e).__name__}: {e}"}
+    try:
+        timed_stream(pipe, tts_request("kv", 3), args.device)
+        r = timed_stream(pipe, tts_request("kv", args.frames), args.device)
+        return {"first_audio_ms": 1000 * r["first_audio_s"], "rtf": r["wall_s"] / (r["frames"] * 0.08),
+                "frames": r["frames"], "stage_ms": r["stage_ms"]}
+    except Exception as e:
+        traceback.print_exc()
+        return {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+    finally:
+        pipe.close()
+        del pipe
+        gc.collect()
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     report = Report(args.out)
     report.data["args"] = {k: sorted(v) if isinstance(v, set) else v for k, v in vars(args).items()}
-    run_sections(args, report, {"machine": machine, "tests": tests, "predictor": predictor,
+    run_sections(args, report, {"machine": machine, "predictor": predictor, "tts": tts, "tests": tests,
                                 "pipeline": pipeline, "concurrent": concurrent, "compiled": compiled})
     print(f"wrote {report.path}", flush=True)
     failed = [n for n, v in report.data["sections"].items() if "error" in v]

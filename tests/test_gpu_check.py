@@ -19,7 +19,7 @@ gpu_check = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(gpu_check)
 
 CPU_DRY_RUN = ["--device", "cpu", "--dtype", "float32", "--model", "tiny", "--batches", "1", "--repeats", "1",
-               "--frames", "3", "--concurrent", "2"]
+               "--frames", "3", "--concurrent", "2", "--tts", "tiny-tts", "--tts-counts", "1,2"]
 
 
 def test_defaults_and_out_from_the_environment(monkeypatch):
@@ -28,12 +28,14 @@ def test_defaults_and_out_from_the_environment(monkeypatch):
     assert args.out == "/tmp/somewhere" and args.batches == [1, 8, 16, 32] and args.skip == set()
     assert args.device == "cuda" and args.dtype == "bfloat16" and args.frames == 100
     assert args.model == "random:qwen3-omni-30b-a3b"
+    assert args.tts == ["random:qwen3-tts-0.6b", "random:qwen3-tts-1.7b"] and args.tts_counts == [1, 8, 16]
     monkeypatch.delenv("OUT")
     assert gpu_check.parse_args(["--skip", "tests,compiled"]).skip == {"tests", "compiled"}
     assert gpu_check.parse_args([]).out == "bench_results"
 
 
 @pytest.mark.parametrize("argv", [["--skip", "test"], ["--batches", "1,x"], ["--batches", "0"], ["--frames", "0"],
+                                  ["--tts-counts", "1,0"],
                                   ["--dtype", "int8"]])
 def test_bad_arguments_stop_with_a_message(argv, capsys):
     with pytest.raises(SystemExit):
@@ -81,13 +83,17 @@ def test_pytest_command_selects_the_engine_tests(tmp_path):
 
 def test_dry_run_on_cpu(tmp_path):
     """Every section but the CUDA tests and compiling: the real-size predictor at batch 1 (no graph
-    on a CPU), the tiny pipeline, two concurrent requests."""
+    on a CPU), the tiny Qwen3-TTS model alone and two at once, the tiny pipeline, two concurrent requests."""
     assert gpu_check.main(["--out", str(tmp_path), "--skip", "tests,compiled", *CPU_DRY_RUN]) == 0
     data = json.loads((tmp_path / "gpu.json").read_text())
     s = data["sections"]
     assert s["machine"]["cuda_available"] in (True, False) and s["machine"]["transformers"]
     timings = s["predictor"]["batches"]["1"]["ms_per_call"]
     assert set(timings) == {"eager_kv", "eager_reprefill", "hf_generate"} and not s["predictor"]["graph"]
+    tts = s["tts"]["tiny-tts"]
+    assert set(tts["solo"]) == {"reprefill", "kv"} and all(r["frames"] == 3 for r in tts["solo"].values())
+    assert tts["kv_codes_equal_reprefill"] is True and set(tts["at_once"]) == {"1", "2"}
+    assert tts["int8"]["frames"] == 3 and tts["int8"]["rtf"] > 0
     run = s["pipeline"]["runs"][0]
     assert run["frames"] == 3 and run["first_audio_s"] > 0 and set(run["stage_ms"]) >= {"talker", "predictor", "codec"}
     assert s["pipeline"]["rtf"] > 0 and s["pipeline"]["first_audio_ms"] > 0
@@ -98,7 +104,7 @@ def test_dry_run_on_cpu(tmp_path):
 def test_shell_script_installs_the_wheels_and_runs_the_driver(tmp_path):
     """gpu_check.sh end to end (wheels/ installed into a temporary path when present), sections trimmed."""
     env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
-    proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--skip", "tests,predictor,concurrent,compiled",
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--skip", "tests,predictor,tts,concurrent,compiled",
                            *CPU_DRY_RUN], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     log = (tmp_path / "gpu_check.log").read_text()
