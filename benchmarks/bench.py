@@ -38,22 +38,24 @@ import torch
 from omni_core.engine.threads import in_passing_thread, rest_engines
 
 
-def interleaved(cases: dict, repeats: int, warmup: int = 1) -> dict[str, float]:
+def interleaved(cases: dict, repeats: int, warmup: int = 1, fresh_thread: bool = True) -> dict[str, float]:
     """Median seconds per call of each case, calls interleaved across cases. Each call runs `alone`."""
     for fn in cases.values():
         for _ in range(warmup):
-            alone(fn)
+            alone(fn, fresh_thread)
     times = {name: [] for name in cases}
     for _ in range(repeats):
         for name, fn in cases.items():
-            times[name].append(alone(fn)[1])
+            times[name].append(alone(fn, fresh_thread)[1])
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def alone(fn):
+def alone(fn, fresh_thread: bool = True):
     """fn() → (its result, its seconds), run with no other kernel threads alive in the process: after every
     engine thread has gone idle and ended, in a thread that ends with it (a reference model's kernels,
-    run in the main thread, would leave an OpenMP team that slows every engine after it: engine/threads.py)."""
+    run in the main thread, would leave an OpenMP team that slows every engine after it: engine/threads.py).
+    fresh_thread=False runs it in the caller's thread: for CUDA work, whose first calls in a new thread cost
+    far more than the call (the GPU check measured eager calls at about 1 s that way)."""
     rest_engines()
 
     def timed():
@@ -63,7 +65,7 @@ def alone(fn):
         _sync()
         return out, time.perf_counter() - t
 
-    return in_passing_thread(torch.get_num_threads(), timed)
+    return in_passing_thread(torch.get_num_threads(), timed) if fresh_thread else timed()
 
 
 def _sync():
