@@ -31,7 +31,7 @@ def greedy(batch):
     return torch.ones(15, batch, 2048, device="cuda"), torch.ones(batch, dtype=torch.bool, device="cuda")
 
 
-@pytest.mark.parametrize("batch", [1, 2, 3, 4, 8, 16, 32, 40])  # 3 uses bucket 4; 40 is past every bucket
+@pytest.mark.parametrize("batch", [1, 2, 3, 4, 8, 16, 32])  # 3 uses bucket 4
 def test_cuda_graph_equals_eager_greedy_for_every_bucket(gpu_pipe, batch):
     cp = gpu_pipe.talker.code_predictor
     graph = GraphPredictor(cp)
@@ -42,6 +42,27 @@ def test_cuda_graph_equals_eager_greedy_for_every_bucket(gpu_pipe, batch):
         for a, b in zip(got, want):
             torch.testing.assert_close(a, b)
     assert torch.equal(got[0], predict_kv(cp, h, e0)[0])
+
+
+def test_rows_past_every_bucket_run_in_bucket_chunks(gpu_pipe):
+    """40 rows: the graph itself refuses them (it holds one bucket's rows); the engine's entry point
+    (Predictors.run) runs them as a 32-row chunk and an 8-row one, each row as it runs eagerly.
+    (The GPU check of 2026-12-04 found this case calling GraphPredictor.run, which raised.)"""
+    from omni_core.fast.buckets import BUCKETS
+    from omni_core.fast.predictors import Predictors
+
+    cp = gpu_pipe.talker.code_predictor
+    preds = Predictors(cp, torch.device("cuda"))
+    h, e0 = inputs(gpu_pipe, 40)
+    with pytest.raises(ValueError, match=f"at most {max(BUCKETS)} at once"):
+        preds.graph.run(h, e0, *greedy(40))
+    want = preds.run("reprefill", h, e0, [None] * 40, use_graph=False)
+    for _ in range(2):  # capture, then replay
+        got = preds.run("reprefill", h, e0, [None] * 40, use_graph=True)
+        assert torch.equal(got[0], want[0])
+        for a, b in zip(got[1:], want[1:]):
+            torch.testing.assert_close(a, b)
+    assert set(preds.graph.graphs) == {32, 8}
 
 
 def test_cuda_graph_sampling_is_seeded_and_equals_eager(gpu_pipe):
