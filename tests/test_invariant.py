@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from omni_core.models import onednn
-from omni_core.models.invariant import ONEDNN, PLAIN, ROWWISE, SAFE, Kernel, Linear, Plan, linear
+from omni_core.models.invariant import ONEDNN, PLAIN, ROWWISE, SAFE, Kernel, Linear, Plan, linear, on_one_thread
 from omni_core.planner import probe, timing
 from omni_core.planner.choose import ATEN_ONLY, NO_PACKING, TIMED_BYTES, choose
 from omni_core.planner.probe import MIN_RUN, PROBE_ROWS, WIDE_NUMEL, WIDE_ROWS, candidates, first_holding, holds, runs
@@ -96,12 +96,34 @@ def test_calls_of_33_to_64_rows_are_checked_before_a_plan_is_widened(dtype, shap
 def test_only_plans_of_the_full_run_and_weights_of_a_few_rows_a_call_are_widened():
     """A plan cut before 32 rows (its run ends there), a plan of another kernel than F.linear (oneDNN's weight is
     packed for 32 rows), and a weight over WIDE_NUMEL elements (a vocabulary head: a few rows a call) keep their
-    chunk, unchecked. (A one-thread plan is widened on one thread before it is named SERIAL: choose.serial_plan.)"""
+    chunk, unchecked. A one-thread plan (SERIAL) is checked on one thread, where its calls run."""
     weight, _, _ = weights(64, 192, torch.float32)
-    for plan in (Plan(2, 15), Plan(4, 32, Kernel.SERIAL), ONEDNN, ROWWISE):
+    for plan in (Plan(2, 15), ONEDNN, ROWWISE):
         assert probe.widened(plan, weight, None) is plan
     huge = torch.empty(WIDE_NUMEL // 64 + 1, 64, device="meta")  # never called: its size alone decides
     assert probe.widened(Plan(4, 32), huge, None) == Plan(4, 32)
+    serial = on_one_thread(probe.first_holding, weight, None)._replace(kernel=Kernel.SERIAL)
+    if serial.chunk == PROBE_ROWS:
+        wide = serial._replace(chunk=WIDE_ROWS)
+        beyond = range(PROBE_ROWS + 1, WIDE_ROWS + 1)
+        assert probe.widened(serial, weight, None) == (wide if on_one_thread(holds, wide, weight, None, 0, None, beyond)
+                                                       else serial)
+
+
+def test_only_the_plan_kept_is_checked_on_33_to_64_rows(monkeypatch):
+    """`choose` widens the plan it keeps, and no other: a large float32 weight whose oneDNN plan wins the timing
+    is never checked on 33..64 rows, nor is the candidate it beat."""
+    widened = []
+    real = probe.widened
+    monkeypatch.setattr(probe, "widened", lambda plan, *args: widened.append(plan) or real(plan, *args))
+    monkeypatch.setattr(probe, "first_holding", lambda weight, bias: Plan(2, 32))
+    monkeypatch.setattr(probe, "holds", lambda plan, *args, **kwargs: True)
+    monkeypatch.setattr(timing, "timings", lambda plans, *args, **kwargs: {p: (1.0, 1.0) if p == ONEDNN
+                                                                           else (2.0, 2.0) for p in plans})
+    large, _, _ = weights(1024, 3072, torch.float32)
+    if not onednn.usable(large):
+        pytest.skip("no oneDNN packing on this build")
+    assert choose(large, None, {}) == ONEDNN and widened == [ONEDNN]
 
 
 def test_a_gate_with_one_output_where_no_gemm_run_holds_sums_row_by_row():
@@ -163,10 +185,11 @@ def test_a_large_weight_is_timed_against_onednn_only(timed):
     """No call per row any more: a large float32 weight's run is timed against ONEDNN where that holds."""
     large, _, _ = weights(1024, 3072, torch.float32)  # 12 MB
     onednn_holds = holds(ONEDNN, large)
-    assert choose(large, None, {}) == (ONEDNN if onednn_holds else first_holding(large, None))
+    run = probe.widened(first_holding(large, None), large, None)
+    assert choose(large, None, {}) == (ONEDNN if onednn_holds else run)
     assert all(p.kernel is not Kernel.SERIAL and p != ROW for p in sum(timed, []))
     assert not timed or (ONEDNN in timed[0]) == onednn_holds
-    assert choose(large, None, {}, NO_PACKING) == first_holding(large, None)
+    assert choose(large, None, {}, NO_PACKING) == run
 
 
 def test_a_large_weight_pads_a_lone_row_into_its_run(monkeypatch):
@@ -177,7 +200,7 @@ def test_a_large_weight_pads_a_lone_row_into_its_run(monkeypatch):
                                                                            else (1.0, 8.0) for p in plans})
     for dtype in (torch.bfloat16, torch.float32):
         large, _, _ = weights(1024, 3072, dtype)
-        assert choose(large, None, {}, NO_PACKING) == Plan(2, 32), dtype
+        assert choose(large, None, {}, NO_PACKING) == probe.widened(Plan(2, 32), large, None), dtype
 
 
 def test_a_padded_lone_bfloat16_row_equals_its_rows_in_any_batch():
@@ -186,7 +209,7 @@ def test_a_padded_lone_bfloat16_row_equals_its_rows_in_any_batch():
     weight, _, g = weights(2048, 1024, torch.bfloat16)
     assert weight.numel() * weight.element_size() >= TIMED_BYTES
     plan = choose(weight, None, {}, ATEN_ONLY)
-    assert plan == first_holding(weight, None) != ROW
+    assert plan == probe.widened(first_holding(weight, None), weight, None) != ROW
     x = torch.randn(40, 2048, generator=g).to(torch.bfloat16)
     alone = torch.cat([linear(row[None], weight, None, plan) for row in x])
     for rows in (2, 3, 8, 15, 16, 17, 32, 33, 40):

@@ -2,8 +2,8 @@
 
 `runs` groups the row counts 1..PROBE_ROWS by the kernel that computes them; `candidates` turns
 those runs into plans to try, cheapest first; `holds` checks a plan at every row count and two
-offsets, bit for bit against each row's lone call; `widened` extends a plan that holds up to PROBE_ROWS
-to WIDE_ROWS where every count between holds too. The answer depends on the shape, the dtype and
+offsets, bit for bit against each row's lone call; `widened` extends the plan kept (choose.py) from
+PROBE_ROWS to WIDE_ROWS where every count between holds too. The answer depends on the shape, the dtype and
 the machine's kernels, never on the weights' values (so it is kept per machine: store.py).
 """
 
@@ -86,16 +86,16 @@ def candidates(found: list[tuple[int, int]]) -> list[Plan]:
 
 
 def first_holding(weight: torch.Tensor, bias: torch.Tensor | None) -> Plan:
-    """The first of `candidates` that passes `holds` on the calling thread's kernels (`widened`), else ROWWISE."""
-    plan = next((p for p in candidates(runs(weight, bias)) if holds(p, weight, bias)), ROWWISE)
-    return widened(plan, weight, bias)
+    """The first of `candidates` that passes `holds` on the calling thread's kernels, else ROWWISE."""
+    return next((p for p in candidates(runs(weight, bias)) if holds(p, weight, bias)), ROWWISE)
 
 
 def widened(plan: Plan, weight: torch.Tensor, bias: torch.Tensor | None) -> Plan:
     """`plan` cutting calls at WIDE_ROWS instead of PROBE_ROWS where every call of PROBE_ROWS+1..WIDE_ROWS
-    rows holds too (`holds`); else `plan`. A GEMM of many rows runs nearer the CPU's peak than the same rows
-    cut into blocks of 32, each reading all the weights: a prompt's prefill, a batch of re-prefill rows."""
-    if plan.chunk != PROBE_ROWS or plan.kernel is not Kernel.ATEN or weight.numel() > WIDE_NUMEL:
+    rows holds too (`holds`, on the plan's own threads); else `plan`. A GEMM of many rows runs nearer the CPU's
+    peak than the same rows cut into blocks of 32, each reading all the weights: a prompt's prefill, a batch of
+    re-prefill rows. Called on the plan the planner keeps (choose.py), so no other candidate pays for the check."""
+    if plan.chunk != PROBE_ROWS or plan.kernel not in (Kernel.ATEN, Kernel.SERIAL) or weight.numel() > WIDE_NUMEL:
         return plan
     wide = plan._replace(chunk=WIDE_ROWS)
     return wide if holds(wide, weight, bias, counts=range(PROBE_ROWS + 1, WIDE_ROWS + 1)) else plan
