@@ -94,6 +94,7 @@ def test_dry_run_on_cpu(tmp_path):
     assert set(tts["solo"]) == {"reprefill", "kv"}
     assert all(r["frames"] == 3 for way in tts["solo"].values() for r in way["rounds"])
     assert tts["kv_codes_equal_reprefill"] is True and set(tts["at_once"]) == {"1", "2"}
+    assert all(v > 0 for v in tts["questions"].values()) and len(tts["questions"]) == 4
     assert tts["int8"]["frames"] == 3 and tts["int8"]["rtf"] > 0
     run = s["pipeline"]["runs"][0]
     assert run["frames"] == 3 and run["first_audio_s"] > 0 and set(run["stage_ms"]) >= {"talker", "predictor", "codec"}
