@@ -1,5 +1,5 @@
 """The codec's convolutions with packed weights (omni_core/codec/packed.py). The tiny codecs' weights are
-below PACK_BYTES, so these tests lower it: every convolution of the tiny codec then runs packed, and must
+below PACK_NUMEL, so these tests lower it: every convolution of the tiny codec then runs packed, and must
 match HF's within float32 rounding, stream each row bit for bit as alone, and follow a changed weight."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from .codec_models import NUM_FRAMES, models, random_codes
 
 @pytest.fixture
 def pack_all(monkeypatch):
-    monkeypatch.setattr(packed, "PACK_BYTES", 0)
+    monkeypatch.setattr(packed, "PACK_NUMEL", 0)
 
 
 def spread(module: nn.Module, seed: int) -> nn.Module:
@@ -42,18 +42,34 @@ def test_a_packed_conv_is_the_conv_within_rounding(pack_all, index, T):
     torch.testing.assert_close(got, module(x), atol=1e-5, rtol=1e-5)
 
 
-def test_small_weights_gradients_and_bfloat16_take_the_plain_conv(monkeypatch):
+def test_small_weights_gradients_and_other_dtypes_take_the_plain_conv(monkeypatch):
     module = spread(nn.Conv1d(8, 8, 7), 0)
     x = torch.randn(1, 8, 40)
     with torch.no_grad():
-        assert torch.equal(packed.conv(module, x), module(x)) and module not in packed._packed  # below PACK_BYTES
-    monkeypatch.setattr(packed, "PACK_BYTES", 0)
+        assert torch.equal(packed.conv(module, x), module(x)) and module not in packed._packed  # below PACK_NUMEL
+    monkeypatch.setattr(packed, "PACK_NUMEL", 0)
     assert torch.equal(packed.conv(module, x), module(x)) and module not in packed._packed  # autograd wants it plain
-    half = spread(nn.Conv1d(8, 8, 7), 1).to(torch.bfloat16)
+    half = spread(nn.Conv1d(8, 8, 7), 1).to(torch.float16)
     with torch.no_grad():
-        assert torch.equal(packed.conv(half, x.bfloat16()), half(x.bfloat16())) and half not in packed._packed
+        assert torch.equal(packed.conv(half, x.half()), half(x.half())) and half not in packed._packed
         packed.conv(module, x)
     assert module in packed._packed  # the same float32 module, without autograd: packed
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("index", range(len(CONVS)))
+def test_a_packed_bfloat16_conv_is_the_conv_within_bfloat16_rounding(pack_all, index):
+    """bfloat16 where oneDNN has it (the plain bfloat16 transposed conv is the codec's slowest call there)."""
+    if torch.bfloat16 not in packed._packable_dtypes():
+        pytest.skip("no bfloat16 convolutions in oneDNN on this CPU")
+    module = spread(CONVS[index], 10 + index).to(torch.bfloat16)
+    x = torch.randn(1, module.in_channels, 40, generator=torch.Generator().manual_seed(index)).bfloat16()
+    got = packed.conv(module, x)
+    assert module in packed._packed and got.dtype == torch.bfloat16
+    want = module.float()(x.float())  # the exact sums, in float32
+    module.bfloat16()
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(module(x).float(), want, atol=2e-2, rtol=2e-2)  # the plain conv: as close
 
 
 @torch.no_grad()

@@ -6,16 +6,20 @@ so for the decoder's first convolutions (tens of MB of weights over a few dozen 
 of the call: packed for the input length, these convolutions run several times faster (the figures:
 BENCHMARKS.md, "Code2Wav (the codec)", and docs/benchmarks-history.md (q)).
 
-A weight of PACK_BYTES or more is packed (`torch.ops.mkldnn._reorder_convolution_weight`, what inductor's
-frozen graphs use) for the input length it meets, the first time it meets it (~0.1 s for 75 MB), and the
-last KEEP lengths' copies are kept: a stream's chunks of 1, 2, 4, 8 frames are four lengths (a copy packed
-for another length can be 100x slower). The packed kernel sums in another order than F.conv1d does: the
-audio is within float32 rounding of HF's, not bit for bit. Each stream's row is still its own call
-(`backend.row_by_row`), through the copy for its length, so a row decoded beside others gets its solo bits.
+A weight of PACK_NUMEL elements or more, float32 or bfloat16, is packed
+(`torch.ops.mkldnn._reorder_convolution_weight`, what inductor's frozen graphs use) for the input length it
+meets, the first time it meets it (~0.1 s for 75 MB), and the last KEEP lengths' copies are kept: a stream's
+chunks of 1, 2, 4, 8 frames are four lengths (a copy packed for another length can be 100x slower). In
+bfloat16 the plain transposed convolution is slower still: about 30 ms a call for Qwen3-TTS's first
+upsampling at any chunk length, against 0.7-3.5 ms packed (BENCHMARKS.md, "Code2Wav (the codec)"). The
+packed kernel sums in another order than F.conv1d does: the audio is within the dtype's rounding of HF's,
+not bit for bit. Each stream's row is still its own call (`backend.row_by_row`), through the copy for its
+length, so a row decoded beside others gets its solo bits.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections import OrderedDict
@@ -23,8 +27,9 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-PACK_BYTES = 32 * 2**20  # weights this large are packed: the real codecs' first conv and transposed conv (44 and
-# 75 MB; 119 MB a length, 476 MB for KEEP lengths); the smaller ones gained nothing measurable; none of the tiny ones
+PACK_NUMEL = 8 * 2**20  # weights of this many elements are packed: the real codecs' first conv and transposed conv
+# (11M and 19M elements: in float32 119 MB a length, 476 MB for KEEP lengths); the smaller ones gained nothing
+# measurable; none of the tiny ones
 KEEP = 4  # packed copies kept per weight, the most recently used lengths
 _packed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # conv → {(weight key, length): packed}: not on the
 # module, so a deepcopy or pickle of the codec never meets an opaque oneDNN tensor
@@ -52,7 +57,7 @@ def conv(module: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tenso
 def _weight(module: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tensor | None:
     """The module's packed weight (packed now if it is new or changed), or None where the plain call applies."""
     w = module.weight
-    if not (w.numel() * w.element_size() >= PACK_BYTES and w.dtype == x.dtype == torch.float32
+    if not (w.numel() >= PACK_NUMEL and w.dtype == x.dtype and w.dtype in _packable_dtypes()
             and w.device.type == x.device.type == "cpu" and module.padding_mode == "zeros"
             and not (torch.is_grad_enabled() and w.requires_grad) and torch.backends.mkldnn.is_available()):
         return None
@@ -76,6 +81,12 @@ def _weight(module: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor) -> torch.Te
         while len(held) > KEEP:
             held.popitem(last=False)
     return packed
+
+
+@functools.cache
+def _packable_dtypes() -> tuple[torch.dtype, ...]:
+    """float32, and bfloat16 where oneDNN has bfloat16 convolutions on this CPU."""
+    return (torch.float32, torch.bfloat16) if torch.ops.mkldnn._is_mkldnn_bf16_supported() else (torch.float32,)
 
 
 def _dims(module: nn.Conv1d | nn.ConvTranspose1d) -> tuple[list[int], ...]:
