@@ -6,7 +6,11 @@ per call, as a new request's), median over the calls; and the largest difference
 "plain" sets codec/packed.py's PACK_NUMEL past every weight, so every convolution takes F.conv1d /
 F.conv_transpose1d.
 
-    .venv/bin/python -m benchmarks.codec_chunks [--dtypes float32 bfloat16] [--repeats 9]
+--engine N: instead, the engine serving N requests at once (the page's mix, 24 frames each) in the dtype,
+rounds alternating packed and plain in one process: the codec's ms per engine step (benchmarks.stages' timer
+of output.decode), the last first audio, the aggregate frames/s.
+
+    .venv/bin/python -m benchmarks.codec_chunks [--dtypes float32 bfloat16] [--repeats 9] [--engine 8]
 """
 
 from __future__ import annotations
@@ -67,17 +71,49 @@ def bench_dtype(dtype: str, repeats: int) -> dict:
     return out
 
 
-def main(dtypes=("float32", "bfloat16"), repeats: int = 9) -> dict:
+def bench_engine(dtype: str, n: int, rounds: int, frames: int = 24) -> dict:
+    """N at once through the engine, rounds alternating packed and plain (the order flipped each round)."""
+    from benchmarks.bench import page_mix, run_concurrently
+    from benchmarks.stages import install
+    from omni_core.engine.threads import rest_engines
+
+    timers = install()
+    pipe = load_pipeline("random:qwen3-tts-0.6b", device="cpu", dtype=dtype, max_batch=n, max_waiting=n)
+    saved, out = packed.PACK_NUMEL, {"packed": [], "plain": []}
+    try:
+        for pack in (True, False):  # warm-up: first calls, the packed copies of every length
+            packed.PACK_NUMEL = saved if pack else 2**62
+            run_concurrently(pipe, page_mix(n, frames))
+        for r in range(rounds):
+            for name in ("packed", "plain") if r % 2 == 0 else ("plain", "packed"):
+                packed.PACK_NUMEL = saved if name == "packed" else 2**62
+                timers.clear()
+                rest_engines()
+                run = run_concurrently(pipe, page_mix(n, frames))
+                row = {"codec_ms_per_step": 1000 * timers.seconds["decode"] / max(timers.calls["step"], 1),
+                       "last_first_audio_s": max(run["first_audio_s"]), "frames_per_s": run["frames_per_s"]}
+                out[name].append(row)
+                print(f"  {dtype} {n} at once, {name}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()), flush=True)
+    finally:
+        packed.PACK_NUMEL = saved
+        pipe.close()
+    return {name: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for name, rows in out.items()}
+
+
+def main(dtypes=("float32", "bfloat16"), repeats: int = 9, engine: int | None = None) -> dict:
     results = {"machine": machine(), "threads": torch.get_num_threads()}
     print(results["machine"], flush=True)
     for dtype in dtypes:
-        results[dtype] = bench_dtype(dtype, repeats)
+        results[dtype] = bench_engine(dtype, engine, repeats) if engine else bench_dtype(dtype, repeats)
+        if engine:
+            print(f"{dtype}, medians: {results[dtype]}", flush=True)
     return results
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"])
-    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--repeats", type=int, default=9, help="calls per chunk length (--engine: rounds)")
+    parser.add_argument("--engine", type=int, default=None, help="N requests at once through the engine instead")
     args = parser.parse_args()
-    main(args.dtypes, args.repeats)
+    main(args.dtypes, args.repeats, args.engine)
