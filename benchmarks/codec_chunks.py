@@ -16,6 +16,7 @@ of output.decode), the last first audio, the aggregate frames/s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
@@ -29,16 +30,23 @@ from omni_core.codec.streaming import StreamingDecoder
 CHUNKS = (1, 2, 4, 8)
 
 
+@contextlib.contextmanager
+def packing(on: bool):
+    """Within: the codec's large convolutions packed (on) or all plain (PACK_NUMEL past every weight)."""
+    saved = packed.PACK_NUMEL
+    packed.PACK_NUMEL = saved if on else 2**62
+    try:
+        yield
+    finally:
+        packed.PACK_NUMEL = saved
+
+
 def decode_chunk(codec, codes: torch.Tensor, pack: bool) -> tuple[torch.Tensor, float]:
     """One fresh stream's first push of `codes` [1, Q, n]: (its audio, its seconds)."""
-    saved = packed.PACK_NUMEL
-    packed.PACK_NUMEL = saved if pack else 2**62
-    try:
+    with packing(pack):
         t0 = time.perf_counter()
         wav = StreamingDecoder(codec).push(codes)
         return wav, time.perf_counter() - t0
-    finally:
-        packed.PACK_NUMEL = saved
 
 
 def bench_dtype(dtype: str, repeats: int) -> dict:
@@ -51,18 +59,14 @@ def bench_dtype(dtype: str, repeats: int) -> dict:
                                   generator=torch.Generator().manual_seed(n))
             for pack in (True, False):  # warm-up: the packed copy for this length, first calls
                 decode_chunk(codec, codes, pack)
-            times = {"packed": [], "plain": []}
+            times, wavs = {"packed": [], "plain": []}, {}
             for _ in range(repeats):
                 for name, pack in (("packed", True), ("plain", False)):
-                    wav, seconds = decode_chunk(codec, codes, pack)
+                    wavs[name], seconds = decode_chunk(codec, codes, pack)
                     times[name].append(seconds)
-                    if pack:
-                        packed_wav = wav
-                    else:
-                        plain_wav = wav
             row = {k: 1000 * statistics.median(v) for k, v in times.items()}
             row["plain_over_packed"] = row["plain"] / row["packed"]
-            row["max_abs_diff"] = float((packed_wav.float() - plain_wav.float()).abs().max())
+            row["max_abs_diff"] = float((wavs["packed"].float() - wavs["plain"].float()).abs().max())
             out[f"{n} frames"] = row
             print(f"  {dtype} {n} frames: packed {row['packed']:.1f} ms, plain {row['plain']:.1f} ms "
                   f"({row['plain_over_packed']:.2f}x), max |diff| {row['max_abs_diff']:.3g}", flush=True)
@@ -79,23 +83,22 @@ def bench_engine(dtype: str, n: int, rounds: int, frames: int = 24) -> dict:
 
     timers = install()
     pipe = load_pipeline("random:qwen3-tts-0.6b", device="cpu", dtype=dtype, max_batch=n, max_waiting=n)
-    saved, out = packed.PACK_NUMEL, {"packed": [], "plain": []}
+    out = {"packed": [], "plain": []}
     try:
         for pack in (True, False):  # warm-up: first calls, the packed copies of every length
-            packed.PACK_NUMEL = saved if pack else 2**62
-            run_concurrently(pipe, page_mix(n, frames))
+            with packing(pack):
+                run_concurrently(pipe, page_mix(n, frames))
         for r in range(rounds):
             for name in ("packed", "plain") if r % 2 == 0 else ("plain", "packed"):
-                packed.PACK_NUMEL = saved if name == "packed" else 2**62
                 timers.clear()
                 rest_engines()
-                run = run_concurrently(pipe, page_mix(n, frames))
+                with packing(name == "packed"):
+                    run = run_concurrently(pipe, page_mix(n, frames))
                 row = {"codec_ms_per_step": 1000 * timers.seconds["decode"] / max(timers.calls["step"], 1),
                        "last_first_audio_s": max(run["first_audio_s"]), "frames_per_s": run["frames_per_s"]}
                 out[name].append(row)
                 print(f"  {dtype} {n} at once, {name}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()), flush=True)
     finally:
-        packed.PACK_NUMEL = saved
         pipe.close()
     return {name: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for name, rows in out.items()}
 

@@ -295,6 +295,17 @@ def speech_request(args, frames: int, seed: int = 0):
                          max_frames=frames, seed=seed)
 
 
+def rtf(run: dict) -> float:
+    """A timed_stream run's wall time over its audio's duration (80 ms per frame)."""
+    return run["wall_s"] / (run["frames"] * 0.08)
+
+
+def lone_figures(run: dict) -> dict:
+    """What a lone request's timed_stream run reports: first audio, RTF, frames, per-stage ms."""
+    return {"first_audio_ms": 1000 * run["first_audio_s"], "rtf": rtf(run), "frames": run["frames"],
+            "stage_ms": run["stage_ms"]}
+
+
 def timed_stream(pipe, request, device: str) -> dict:
     """One request through stream(): first audio as the caller sees it, and the result's stats."""
     from omni_core import AudioChunk, Done
@@ -325,7 +336,7 @@ def pipeline(args, deadline: float) -> dict:
     runs = [timed_stream(pipe, speech_request(args, args.frames), args.device) for _ in range(2)]
     out["runs"] = runs
     out["first_audio_ms"] = 1000 * statistics.median(r["first_audio_s"] for r in runs)
-    out["rtf"] = statistics.median(r["wall_s"] / (r["frames"] * 0.08) for r in runs)  # 80 ms per frame
+    out["rtf"] = statistics.median(rtf(r) for r in runs)
     if args.device.startswith("cuda"):
         out["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 1e9
     return out
@@ -369,8 +380,7 @@ def tts_request(way: str, frames: int):
 
 def solo_summary(runs: list[dict]) -> dict:
     """Medians over rounds of one way's lone requests, and every round's figures."""
-    per = [{"first_audio_ms": 1000 * r["first_audio_s"], "rtf": r["wall_s"] / (r["frames"] * 0.08),
-            "frames": r["frames"], "stage_ms": r["stage_ms"]} for r in runs]
+    per = [lone_figures(r) for r in runs]
     return {"first_audio_ms": statistics.median(p["first_audio_ms"] for p in per),
             "rtf": statistics.median(p["rtf"] for p in per), "rounds": per}
 
@@ -396,7 +406,7 @@ def tts_size(args, source: str) -> dict:
 
     import torch
 
-    from benchmarks.bench import page_mix, run_concurrently
+    from benchmarks.bench import page_mix, percentile, run_concurrently
     from omni_core import load_pipeline
 
     counts = args.tts_counts
@@ -421,7 +431,7 @@ def tts_size(args, source: str) -> dict:
         for n in counts:
             r = run_concurrently(pipe, page_mix(n, args.frames))
             row["at_once"][str(n)] = {"frames_per_s": r["frames_per_s"], "wall_s": r["wall_s"],
-                                      "first_audio_p95_s": sorted(r["first_audio_s"])[-1 - len(r["first_audio_s"]) // 20]}
+                                      "first_audio_p95_s": percentile(r["first_audio_s"], 0.95)}
         row["questions"] = open_questions(pipe, args)
         one = row["at_once"][str(counts[0])]["frames_per_s"]
         row["fps_over_one"] = {n: v["frames_per_s"] / one for n, v in row["at_once"].items()}
@@ -456,7 +466,7 @@ def open_questions(pipe, args) -> dict:
 
 
 def tts_int8(args, source: str) -> dict:
-    """int8 weights: a lone greedy KV request, its speed and how many cells keep the float model's code."""
+    """int8 weights: a lone greedy KV request's figures (lone_figures), or the error that refused them."""
     import gc
 
     from omni_core import load_pipeline
@@ -466,9 +476,7 @@ def tts_int8(args, source: str) -> dict:
         return {"error": f"{type(e).__name__}: {e}"}
     try:
         pipe.generate(tts_request("kv", args.frames))  # the warm-up
-        r = timed_stream(pipe, tts_request("kv", args.frames), args.device)
-        return {"first_audio_ms": 1000 * r["first_audio_s"], "rtf": r["wall_s"] / (r["frames"] * 0.08),
-                "frames": r["frames"], "stage_ms": r["stage_ms"]}
+        return lone_figures(timed_stream(pipe, tts_request("kv", args.frames), args.device))
     except Exception as e:
         traceback.print_exc()
         return {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
