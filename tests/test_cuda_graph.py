@@ -126,3 +126,15 @@ def test_warm_up_captures_every_bucket_up_to_max_batch(gpu_pipe):
 
     gpu_pipe.warm_up()
     assert set(gpu_pipe.predictors.graph.graphs) == set(buckets_up_to(gpu_pipe.engine.max_batch))
+
+
+def test_cuda_engine_thread_stays_when_idle(gpu_pipe, monkeypatch):
+    """An idle engine's thread ends on a CPU only: on a GPU a new thread's first calls cost more (first audio
+    201 against 71 ms, Qwen3-TTS 0.6B on an H200). Idle here for ten times the CPU's wait."""
+    import time
+
+    from omni_core.engine import threads
+    monkeypatch.setattr(threads, "IDLE_EXIT_S", 0.2)
+    gpu_pipe.generate(SpeechRequest("Then a pause.", max_frames=2))
+    time.sleep(2.0)
+    assert gpu_pipe.engine.has_thread

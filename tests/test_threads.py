@@ -104,8 +104,8 @@ def test_an_engine_asked_to_rest_while_serving_finishes_its_requests_first():
 
 
 def test_an_idle_engine_thread_ends_by_itself(monkeypatch):
-    from omni_core.engine import loop
-    monkeypatch.setattr(loop, "IDLE_EXIT_S", 0.2)
+    from omni_core.engine import threads
+    monkeypatch.setattr(threads, "IDLE_EXIT_S", 0.2)
     with load_pipeline("tiny", device="cpu") as pipe:
         pipe.generate(SpeechRequest("Then nothing.", max_frames=2))
         end = time.monotonic() + 10
@@ -147,3 +147,14 @@ def test_a_process_that_never_closes_its_pipeline_exits_cleanly():
         done = subprocess.run([sys.executable, "-c", EXIT_WITHOUT_CLOSING], capture_output=True, text=True,
                               timeout=300, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
         assert done.returncode == 0 and "terminate called" not in done.stderr, done.stderr[-2000:]
+
+
+def test_an_engine_thread_ends_when_idle_on_a_cpu_only(monkeypatch):
+    """On a CPU an idle thread ends (its OpenMP team with it); on a GPU it waits for the next request, whose
+    first CUDA calls would cost more in a new thread (the waiting itself: test_cuda_graph.py)."""
+    import torch
+
+    from omni_core.engine import threads
+    monkeypatch.setattr(threads, "IDLE_EXIT_S", 0.2)
+    assert threads.idle_exit_s(torch.device("cpu")) == 0.2
+    assert threads.idle_exit_s(torch.device("cuda")) is None

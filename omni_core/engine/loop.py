@@ -7,8 +7,8 @@ All torch work happens in the engine's own thread: callers (Gradio's worker thre
 only put requests in and read events out. Torch kernels run on an OpenMP team per
 calling thread, and a second living team makes every team's kernels wait for sleeping
 workers (engine/threads.py: a lone tiny request 1.5x slower), so the engine's thread is the
-only one with kernels to run, and it ends when it has been idle for 30 s or is asked to rest
-(a later request starts another): idle pipelines keep no team alive.
+only one with kernels to run, and on a CPU it ends when it has been idle for 30 s or is asked to
+rest (a later request starts another): idle pipelines keep no team alive.
 
 Faults: a request's own work and a batched call that raises fail only their rows (engine/guard.py).
 An exception that escapes a step fails the rows it held; a second in a row, or the thread dying,
@@ -34,7 +34,7 @@ from omni_core.engine.scheduler import Scheduler
 from omni_core.engine.sequence import Sequence
 from omni_core.engine.speech_model import SpeechModel
 from omni_core.engine.step import Step
-from omni_core.engine.threads import ENGINES, IDLE_EXIT_S
+from omni_core.engine.threads import ENGINES, idle_exit_s
 from omni_core.errors import EngineBusy
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class Engine:
 
     @property
     def has_thread(self) -> bool:
-        """Whether the engine's thread is running now (it ends after IDLE_EXIT_S with nothing to do)."""
+        """Whether the engine's thread is running now (on a CPU it ends after IDLE_EXIT_S with nothing to do)."""
         with self._lock:
             return self._thread is not None and self._thread.is_alive()  # a closed engine's ended
 
@@ -193,7 +193,7 @@ class Engine:
             with torch.no_grad():
                 while True:
                     waiting = not self.scheduler.active
-                    idle_wait = 0 if self._rest else IDLE_EXIT_S
+                    idle_wait = 0 if self._rest else idle_exit_s(self.model.device)
                     taken = self._drain(idle_wait if waiting else PAUSED_POLL_S if self.scheduler.idle else 0)
                     if taken is None:
                         break
