@@ -82,8 +82,10 @@ def top_p_of_top_k(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
 
 
 def draw_noise(shape: tuple[int, ...], generator: torch.Generator | None, device) -> torch.Tensor:
-    """Exp(1) noise for `choose`; drawn ahead so a CUDA graph can read it from a static buffer."""
-    return torch.empty(shape, dtype=torch.float32, device=device).exponential_(generator=generator)
+    """Exp(1) noise for `choose`, drawn ahead so a CUDA graph can read it from a static buffer: -log U for U
+    uniform on [0, 1), which is Exp(1) (U = 0 gives +inf: that id's p / noise is 0, never NaN). On a CPU this
+    takes a fifth of `exponential_`'s time (a sampled predictor frame's [15, 1, 2048]: 90 against 500 µs)."""
+    return torch.rand(shape, dtype=torch.float32, device=device, generator=generator).log_().neg_()
 
 
 def choose(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None = None,
