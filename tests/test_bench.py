@@ -60,3 +60,16 @@ def test_top_p_cut_times_both_cuts_for_both_predictors():
     rows = main(["--models", "tiny", "--rows", "2", "--rounds", "1", "--threads", "1"])
     assert {(r["predictor"], r["rows"]) for r in rows} == {("kv", 2), ("reprefill", 2)}
     assert all(r["hf_sort_ms"] > 0 and r["top_k_first_ms"] > 0 for r in rows)
+
+
+def test_predictor_calls_times_every_case_and_both_noises(capsys):
+    """benchmarks.predictor_calls: greedy and mixed calls of both predictors, and the two ways to draw noise."""
+    import json
+
+    from benchmarks import predictor_calls
+
+    predictor_calls.main(["--rows", "1", "2", "--repeats", "1", "--threads", "1"])
+    ms = json.loads(capsys.readouterr().out)["ms_per_call"]
+    assert set(ms) == {f"{kind} {rows} {way}" for kind in ("kv", "reprefill") for rows, way in
+                       ((1, "greedy"), (2, "greedy"), (2, "mixed"))} | {"noise 1 -log U", "noise 1 exponential_"}
+    assert all(v > 0 for v in ms.values())
