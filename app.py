@@ -24,7 +24,7 @@ def main() -> None:
                              codec_threads=args.codec_threads or None,
                              codec_processes=args.codec_processes, quantize=args.quantize)
         print(pipe.load_report, flush=True)
-        if args.compile:
+        if pipe.needs_warm_up:  # compiled pieces, CUDA graphs: built now, not in a visitor's request
             pipe.warm_up(report=lambda message: print(message, flush=True))
     except (ValueError, OSError) as exc:  # CheckpointError names the file and the problem
         sys.exit(f"Cannot load model {args.model!r}: {exc}")

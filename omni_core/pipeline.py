@@ -195,6 +195,11 @@ class Pipeline:
     def speaker_id(self, speaker: str | None) -> int:
         return self.model.speaker_id(speaker)
 
+    @property
+    def needs_warm_up(self) -> bool:
+        """Whether `warm_up` builds what a request would otherwise wait for: compiled pieces, CUDA graphs."""
+        return self.compiled or self.device.type == "cuda"
+
     def warm_up(self, report=None) -> None:
         """Run one short request per decode path, and compile or load (compile=True) or capture (CUDA)
         the predictor for every batch bucket up to max_batch, so that this happens now and not in a

@@ -125,6 +125,12 @@ def test_pipeline_info_says_compiled():
     assert our_pipeline("tiny").info["compiled"] is False
 
 
+def test_only_a_pipeline_with_pieces_to_build_needs_its_warm_up():
+    """app.py warms up before serving where `warm_up` builds something (compiled pieces; CUDA graphs:
+    test_cuda_graph.py); an eager CPU pipeline starts at once."""
+    assert compiled_pipeline("tiny").needs_warm_up and not our_pipeline("tiny").needs_warm_up
+
+
 def test_a_second_predictor_of_the_same_shapes_looks_for_packages_of_its_own():
     """Weights are frozen into a frame, so a second predictor of the same shapes must not load the first
     one's packages: the frames it would use have other names (a digest of its weights), and none of them
