@@ -11,9 +11,9 @@ slower and 8 at once 2.2-2.5x slower than now. So:
 
 - a pipeline loads its weights (init, the batch-invariant plans' probes) `in_passing_thread`,
   which ends and takes its team with it;
-- an engine's thread ends when it has been idle for `IDLE_EXIT_S` (on a CPU: `idle_exit_s`), or at
-  once when idle after `rest_engines()`, and a new one starts at the next request (engine/loop.py),
-  so idle pipelines keep no team alive. Not sooner: a new thread's first request runs ~15 ms slower (its talker
+- an engine's thread on a CPU ends when it has been idle for `IDLE_EXIT_S` (`idle_exit_s`: on a GPU
+  it stays), or at once when idle after `rest_engines()`, and a new one starts at the next request
+  (engine/loop.py), so idle pipelines keep no team alive. Not sooner: a new thread's first request runs ~15 ms slower (its talker
   prefill, measured; the cause is not known), which a user clicking again would hear;
 - callers' threads (the app's, Gradio's workers) run no kernels: they hand work to the engine
   (`Pipeline.call`, `decode`, `encode`).
@@ -37,9 +37,9 @@ ENGINES: weakref.WeakSet = weakref.WeakSet()  # every engine made (engine/loop.p
 
 def idle_exit_s(device: torch.device) -> float | None:
     """How long an idle engine's thread waits for work before it ends (None: it never ends by itself).
-    On a CPU, `IDLE_EXIT_S`: the thread's OpenMP team goes with it (above). On a GPU no team
-    is at stake, and a new thread's first CUDA calls cost more: a request's first audio after the thread
-    had ended was 201 ms against 71 ms (Qwen3-TTS 0.6B on an H200; BENCHMARKS.md, "On a GPU")."""
+    On a CPU, `IDLE_EXIT_S`: the thread's OpenMP team goes with it (above). On a GPU no team is at stake,
+    and a new thread's first CUDA calls would fall on the next request's first audio (BENCHMARKS.md,
+    "On a GPU")."""
     return IDLE_EXIT_S if device.type == "cpu" else None
 
 

@@ -83,8 +83,8 @@ def top_p_of_top_k(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
 
 def draw_noise(shape: tuple[int, ...], generator: torch.Generator | None, device) -> torch.Tensor:
     """Exp(1) noise for `choose`, drawn ahead so a CUDA graph can read it from a static buffer: -log U for U
-    uniform on [0, 1), which is Exp(1) (U = 0 gives +inf: that id's p / noise is 0, never NaN). On a CPU this
-    takes a fifth of `exponential_`'s time (a sampled predictor frame's [15, 1, 2048]: 90 against 500 µs)."""
+    uniform on [0, 1), which is Exp(1) (U = 0 gives +inf: that id's p / noise is 0, never NaN). On a CPU it
+    costs a fraction of `exponential_` (benchmarks/predictor_calls.py)."""
     return torch.rand(shape, dtype=torch.float32, device=device, generator=generator).log_().neg_()
 
 
