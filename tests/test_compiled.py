@@ -79,7 +79,9 @@ FRAMES = 70  # past the talker cache's first capacity (prompt + 64): it grows in
 
 
 def request(predictor: str, do_sample: bool = False, frames: int = FRAMES) -> SpeechRequest:
-    return SpeechRequest("Tell me about the sea.", mode="chat", predictor=predictor, do_sample=do_sample, seed=3,
+    # Seed 4: its sampled take runs all FRAMES frames (seed 3's draws the codec's EOS at frame 57), so the
+    # talker cache grows inside the compiled step on the sampled path too.
+    return SpeechRequest("Tell me about the sea.", mode="chat", predictor=predictor, do_sample=do_sample, seed=4,
                          max_frames=frames, max_text_tokens=8)
 
 
