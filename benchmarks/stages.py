@@ -7,7 +7,7 @@ milliseconds per engine step of each (and how many calls a step makes), and the 
 prompts, first frame and first audio). A profile, not a benchmark: the timers cost a little themselves.
 
     .venv/bin/python -m benchmarks.stages [--model tiny] [--dtype auto] [--compile] [--codec-threads 1]
-        [--codec-processes 1] [--threads 1] [--counts 1 8] [--frames 60] [--rounds 2] [--predictor kv]
+        [--codec-processes 1] [--threads 1] [--counts 1 8] [--frames 60] [--rounds 2] [--predictor kv|reprefill|mix]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import collections
 import functools
 import time
 
-from benchmarks.bench import run_concurrently
+from benchmarks.bench import page_mix, run_concurrently
 from omni_core import SpeechRequest, load_pipeline
 from omni_core.engine import output, runner, step
 from omni_core.engine.threads import rest_engines
@@ -79,10 +79,12 @@ def main(args) -> None:
         if args.compile:
             pipe.warm_up()
         rest_engines()
-        run_concurrently(pipe, [SpeechRequest("Warm up.", max_frames=2, predictor=args.predictor)])
+        run_concurrently(pipe, [SpeechRequest("Warm up.", max_frames=2, predictor=predictor)
+                                for predictor in ("kv", "reprefill")])
         for n in args.counts:
-            requests = [SpeechRequest(f"Listener number {i} is hearing this sentence.", max_frames=args.frames,
-                                      seed=i, predictor=args.predictor) for i in range(n)]
+            requests = page_mix(n, args.frames) if args.predictor == "mix" else [
+                SpeechRequest(f"Listener number {i} is hearing this sentence.", max_frames=args.frames, seed=i,
+                              predictor=args.predictor) for i in range(n)]
             for _ in range(args.rounds):
                 timers.clear()
                 rest_engines()
@@ -105,5 +107,6 @@ if __name__ == "__main__":  # the codec process is spawned: its start must not r
     parser.add_argument("--counts", nargs="*", type=int, default=[1, 8])
     parser.add_argument("--frames", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--predictor", default="kv", choices=["kv", "reprefill"])
+    parser.add_argument("--predictor", default="kv", choices=["kv", "reprefill", "mix"],
+                        help="mix: the page's traffic (bench.page_mix: half each predictor, a third sampled)")
     main(parser.parse_args())

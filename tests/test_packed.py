@@ -4,6 +4,8 @@ match HF's within float32 rounding, stream each row bit for bit as alone, and fo
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 from torch import nn
@@ -88,7 +90,7 @@ def test_a_changed_weight_is_packed_again(pack_all):
 def test_the_last_keep_lengths_are_kept_and_a_length_packed_again_gives_its_bits_again(pack_all):
     module = spread(nn.ConvTranspose1d(32, 16, 16, stride=8), 2)
     x = torch.randn(1, 32, 40)
-    lengths = [2, 3, 5, 9, 17, 33]
+    lengths = [2, 3, 5, 9, 17, 33, 20, 27, 38]  # more than KEEP
     first = {T: packed.conv(module, x[..., :T]) for T in lengths}
     assert [k[1][1] for k in packed._packed[module]] == lengths[-packed.KEEP:]
     for T in lengths:  # kept, or packed again: the same bits
@@ -110,3 +112,28 @@ def test_the_tiny_codec_all_packed_matches_hf_and_streams_each_row_as_alone(pack
         pushed = push_together(together, chunks)
         for b in range(3):
             assert torch.equal(pushed[b], alone[b].push(chunks[b]))
+
+
+def held_copies() -> set[tuple[int, tuple, int]]:
+    """Every packed copy now held: (conv, its key, the copy's identity)."""
+    return {(id(conv), key, id(copy)) for conv, held in packed._packed.items() for key, copy in held.items()}
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("preset", ["tiny", "tiny-b"])
+def test_streams_one_after_another_pack_only_their_last_chunks_length_again(pack_all, preset):
+    """A long-running engine decodes stream after stream, each in the engine's chunks (output.py: 1, 2, 4, 8, 8, ...
+    frames, then the rest). Each conv meets a stream's five lengths (a transposed conv's first chunk has no past);
+    once met, a later stream finds them packed and only its last chunk's length, when new, is packed again. With
+    fewer copies than that, each length evicted the next one needed and every chunk of every stream packed again."""
+    _, ours = models(preset)
+    codes = random_codes(num_frames=1 + 2 + 4 + 8 + 8 + 5)
+    for stream, last in enumerate([3, 5, 3, 5, 1]):
+        before = held_copies()
+        decoder = StreamingDecoder(ours)
+        for start, n in ((0, 1), (1, 2), (3, 4), (7, 8), (15, 8), (23, last)):
+            decoder.push(codes[:, :, start:start + n])
+        new = held_copies() - before
+        per_conv = collections.Counter(conv for conv, _, _ in new)
+        if stream >= 2:  # the first two met every length
+            assert max(per_conv.values(), default=0) <= 1, f"stream {stream}: a conv packed {max(per_conv.values())}"

@@ -8,8 +8,12 @@ BENCHMARKS.md, "Code2Wav (the codec)", and docs/benchmarks-history.md (q)).
 
 A weight of PACK_NUMEL elements or more, float32 or bfloat16, is packed
 (`torch.ops.mkldnn._reorder_convolution_weight`, what inductor's frozen graphs use) for the input length it
-meets, the first time it meets it (~0.1 s for 75 MB), and the last KEEP lengths' copies are kept: a stream's
-chunks of 1, 2, 4, 8 frames are four lengths (a copy packed for another length can be 100x slower). In
+meets, the first time it meets it (~0.1 s for 75 MB), and the copies of the KEEP lengths it met last are kept
+(a copy packed for another length can be 100x slower). A stream meets five lengths: its chunks of 1, 2, 4 and
+8 frames (a transposed conv's first chunk has no past inputs before it, its later chunks do) and its last,
+shorter chunk; a clone's reference codes add their own (and its first chunk then has a past). With fewer
+copies than a stream's lengths, the least recently used length is always the next one a stream needs, and a
+long-running engine packed every chunk of every stream again (BENCHMARKS.md, "Code2Wav (the codec)"). In
 bfloat16 the plain transposed convolution is slower still: about 30 ms a call for Qwen3-TTS's first
 upsampling at any chunk length, against 0.7-3.5 ms packed (BENCHMARKS.md, "Code2Wav (the codec)"). The
 packed kernel sums in another order than F.conv1d does: the audio is within the dtype's rounding of HF's,
@@ -28,9 +32,9 @@ import torch
 from torch import nn
 
 PACK_NUMEL = 8 * 2**20  # weights of this many elements are packed: the real codecs' first conv and transposed conv
-# (11M and 19M elements: in float32 119 MB a length, 476 MB for KEEP lengths); the smaller ones gained nothing
-# measurable; none of the tiny ones
-KEEP = 4  # packed copies kept per weight, the most recently used lengths
+# (11M and 19M elements: 60 MB a length in bfloat16, 120 MB in float32; 360 and 720 MB for KEEP lengths); the
+# smaller ones gained nothing measurable; none of the tiny ones
+KEEP = 6  # packed copies kept per weight, of the most recently used lengths: a stream's five, one to spare
 _packed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # conv → {(weight key, length): packed}: not on the
 # module, so a deepcopy or pickle of the codec never meets an opaque oneDNN tensor
 _lock = threading.Lock()  # the engine's thread and a page's redecode may decode at once
