@@ -6,17 +6,24 @@ per call, as a new request's), median over the calls; and the largest difference
 "plain" sets codec/packed.py's PACK_NUMEL past every weight, so every convolution takes F.conv1d /
 F.conv_transpose1d.
 
---engine N: instead, the engine serving N requests at once (the page's mix, 24 frames each) in the dtype,
-rounds alternating packed and plain in one process: the codec's ms per engine step (benchmarks.stages' timer
-of output.decode), the last first audio, the aggregate frames/s.
+--engine N: instead, the engine serving N requests at once (the page's mix, --frames each, 24 by default) in
+the dtype, rounds alternating packed and plain in one process (`--compare keep`: packed.KEEP 4 and today's, a
+lone request timed too): the codec's ms per engine step (benchmarks.stages' timer of output.decode), the last
+first audio, the aggregate frames/s.
 
-    .venv/bin/python -m benchmarks.codec_chunks [--dtypes float32 bfloat16] [--repeats 9] [--engine 8]
+--streams: instead, streams one after another in one process, as a long-running engine's codec meets them, each
+in the engine's chunks of a 60-frame request (1, 2, 4, 8, ..., then the rest), with packed.KEEP (the packed
+lengths kept per weight) at 4 and at its value, alternating: each way from no packed copies, a first stream, then
+the one timed: ms per chunk, median over the rounds.
+
+    .venv/bin/python -m benchmarks.codec_chunks [--dtypes float32 bfloat16] [--repeats 9] [--engine 8 [--frames 24] [--compare pack|keep] | --streams]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import statistics
 import time
 
@@ -28,6 +35,18 @@ from omni_core.codec import packed
 from omni_core.codec.streaming import StreamingDecoder
 
 CHUNKS = (1, 2, 4, 8)
+
+
+@contextlib.contextmanager
+def keeping(keep: int):
+    """Within: packed.KEEP copies kept per weight, from none (the copies of another KEEP dropped)."""
+    saved = packed.KEEP
+    packed.KEEP = keep
+    packed._packed.clear()
+    try:
+        yield
+    finally:
+        packed.KEEP = saved
 
 
 @contextlib.contextmanager
@@ -75,27 +94,37 @@ def bench_dtype(dtype: str, repeats: int) -> dict:
     return out
 
 
-def bench_engine(dtype: str, n: int, rounds: int, frames: int = 24) -> dict:
-    """N at once through the engine, rounds alternating packed and plain (the order flipped each round)."""
+def bench_engine(dtype: str, n: int, rounds: int, frames: int = 24, compare: str = "pack") -> dict:
+    """N at once through the engine, rounds alternating two ways (the order flipped each round): compare "pack",
+    packed and plain; "keep", packed.KEEP 4 and today's, each from no copies and after a first round of its own
+    (a long-running engine), the lone request (`page_mix`'s first) before the N."""
     from benchmarks.bench import page_mix, run_concurrently
     from benchmarks.stages import install
     from omni_core.engine.threads import rest_engines
 
     timers = install()
     pipe = load_pipeline("random:qwen3-tts-0.6b", device="cpu", dtype=dtype, max_batch=n, max_waiting=n)
-    out = {"packed": [], "plain": []}
+    ways = ({"packed": lambda: packing(True), "plain": lambda: packing(False)} if compare == "pack" else
+            {f"KEEP {k}": functools.partial(keeping, k) for k in (4, packed.KEEP)})
+    names = list(ways)
+    out = {name: [] for name in names}
     try:
-        for pack in (True, False):  # warm-up: first calls, the packed copies of every length
-            with packing(pack):
+        for name in names:  # warm-up: first calls, the packed copies of every length
+            with ways[name]():
                 run_concurrently(pipe, page_mix(n, frames))
         for r in range(rounds):
-            for name in ("packed", "plain") if r % 2 == 0 else ("plain", "packed"):
-                timers.clear()
-                rest_engines()
-                with packing(name == "packed"):
+            for name in names if r % 2 == 0 else names[::-1]:
+                with ways[name]():
+                    if compare == "keep":  # from no copies: a first request meets every length
+                        run_concurrently(pipe, page_mix(1, frames))
+                        one = run_concurrently(pipe, page_mix(1, frames))
+                    timers.clear()
+                    rest_engines()
                     run = run_concurrently(pipe, page_mix(n, frames))
                 row = {"codec_ms_per_step": 1000 * timers.seconds["decode"] / max(timers.calls["step"], 1),
                        "last_first_audio_s": max(run["first_audio_s"]), "frames_per_s": run["frames_per_s"]}
+                if compare == "keep":
+                    row.update(one_first_audio_s=one["first_audio_s"][0], one_frames_per_s=one["frames_per_s"])
                 out[name].append(row)
                 print(f"  {dtype} {n} at once, {name}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()), flush=True)
     finally:
@@ -103,11 +132,62 @@ def bench_engine(dtype: str, n: int, rounds: int, frames: int = 24) -> dict:
     return {name: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for name, rows in out.items()}
 
 
-def main(dtypes=("float32", "bfloat16"), repeats: int = 9, engine: int | None = None) -> dict:
+def engine_chunks(frames: int) -> list[int]:
+    """A request's audio chunks, frames each (engine/output.py's `chunk_frames`, then the rest)."""
+    from omni_core.engine.output import chunk_frames
+
+    sizes: list[int] = []
+    while sum(sizes) < frames:
+        sizes.append(min(chunk_frames(len(sizes)), frames - sum(sizes)))
+    return sizes
+
+
+def stream_chunks(pipe, sizes: list[int], gen: torch.Generator) -> list[float]:
+    """A new stream of random codes pushed in chunks of `sizes` frames: ms per push."""
+    stream, row = StreamingDecoder(pipe.code2wav), []
+    for n in sizes:
+        codes = torch.randint(0, pipe.info["codebook_size"], (1, pipe.info["num_code_groups"], n), generator=gen)
+        t0 = time.perf_counter()
+        stream.push(codes)
+        row.append(1000 * (time.perf_counter() - t0))
+    return row
+
+
+def bench_streams(dtype: str, repeats: int, frames: int = 60) -> dict:
+    """Streams one after another, packed.KEEP at 4 and at its value alternating: ms per chunk (`--streams`)."""
+    pipe = load_pipeline("random:qwen3-tts-0.6b", device="cpu", dtype=dtype)
+    sizes, keeps, saved = engine_chunks(frames), (4, packed.KEEP), packed.KEEP
+    times = {keep: [] for keep in keeps}
+    gen = torch.Generator().manual_seed(0)
+    try:
+        for _ in range(repeats):
+            for keep in keeps:
+                packed.KEEP = keep
+                packed._packed.clear()  # each way from no copies: a first stream meets every length, then a second
+                times[keep].append([stream_chunks(pipe, sizes, gen) for _ in range(2)][1])
+    finally:
+        packed.KEEP = saved
+        pipe.close()
+    out = {}
+    for keep, rows in times.items():
+        out[f"KEEP {keep}"] = {f"chunk {i} ({n} frames)": statistics.median(row[i] for row in rows)
+                               for i, n in enumerate(sizes)}
+        out[f"KEEP {keep}"]["stream"] = statistics.median(sum(row) for row in rows)
+        print(f"  {dtype} KEEP {keep}, ms: " + ", ".join(f"{k} {v:.1f}" for k, v in out[f"KEEP {keep}"].items()),
+              flush=True)
+    return out
+
+
+def main(dtypes=("float32", "bfloat16"), repeats: int = 9, engine: int | None = None, streams: bool = False,
+         frames: int = 24, compare: str = "pack") -> dict:
     results = {"machine": machine(), "threads": torch.get_num_threads()}
     print(results["machine"], flush=True)
     for dtype in dtypes:
-        results[dtype] = bench_engine(dtype, engine, repeats) if engine else bench_dtype(dtype, repeats)
+        if streams:
+            results[dtype] = bench_streams(dtype, repeats)
+            continue
+        results[dtype] = (bench_engine(dtype, engine, repeats, frames, compare) if engine else
+                          bench_dtype(dtype, repeats))
         if engine:
             print(f"{dtype}, medians: {results[dtype]}", flush=True)
     return results
@@ -118,5 +198,9 @@ if __name__ == "__main__":
     parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"])
     parser.add_argument("--repeats", type=int, default=9, help="calls per chunk length (--engine: rounds)")
     parser.add_argument("--engine", type=int, default=None, help="N requests at once through the engine instead")
+    parser.add_argument("--streams", action="store_true", help="streams one after another, KEEP 4 and today's")
+    parser.add_argument("--frames", type=int, default=24, help="--engine: frames per request")
+    parser.add_argument("--compare", default="pack", choices=["pack", "keep"],
+                        help="--engine: packed against plain, or KEEP 4 against today's")
     args = parser.parse_args()
-    main(args.dtypes, args.repeats, args.engine)
+    main(args.dtypes, args.repeats, args.engine, args.streams, args.frames, args.compare)

@@ -50,9 +50,15 @@ def add_frame(seq: Sequence, cb0, p0, top0, top0_probs, predicted, other, talker
     seq.pending.append(row)
 
 
+def chunk_frames(sent: int) -> int:
+    """The frames of a request's next audio chunk after `sent` chunks: 1, 2, 4, 8, 8, ... (its last chunk: the
+    frames left when it finishes)."""
+    return min(2 ** sent, MAX_CHUNK_FRAMES)
+
+
 def audio_due(seq: Sequence) -> bool:
-    """Whether the frames waiting for the codec make the request's next chunk (1, 2, 4, 8, 8, ... frames)."""
-    return seq.decoder is not None and len(seq.pending) >= min(2 ** seq.chunks_sent, MAX_CHUNK_FRAMES)
+    """Whether the frames waiting for the codec make the request's next chunk (`chunk_frames`)."""
+    return seq.decoder is not None and len(seq.pending) >= chunk_frames(seq.chunks_sent)
 
 
 def codec_groups(seqs: list[Sequence]) -> list[list[Sequence]]:
