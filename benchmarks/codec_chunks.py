@@ -156,17 +156,15 @@ def stream_chunks(pipe, sizes: list[int], gen: torch.Generator) -> list[float]:
 def bench_streams(dtype: str, repeats: int, frames: int = 60) -> dict:
     """Streams one after another, packed.KEEP at 4 and at its value alternating: ms per chunk (`--streams`)."""
     pipe = load_pipeline("random:qwen3-tts-0.6b", device="cpu", dtype=dtype)
-    sizes, keeps, saved = engine_chunks(frames), (4, packed.KEEP), packed.KEEP
+    sizes, keeps = engine_chunks(frames), (4, packed.KEEP)
     times = {keep: [] for keep in keeps}
     gen = torch.Generator().manual_seed(0)
     try:
         for _ in range(repeats):
             for keep in keeps:
-                packed.KEEP = keep
-                packed._packed.clear()  # each way from no copies: a first stream meets every length, then a second
-                times[keep].append([stream_chunks(pipe, sizes, gen) for _ in range(2)][1])
+                with keeping(keep):  # from no copies: a first stream meets every length, then the one timed
+                    times[keep].append([stream_chunks(pipe, sizes, gen) for _ in range(2)][1])
     finally:
-        packed.KEEP = saved
         pipe.close()
     out = {}
     for keep, rows in times.items():

@@ -12,6 +12,7 @@ from torch import nn
 
 from omni_core.codec import packed
 from omni_core.codec.streaming import StreamingDecoder, push_together
+from omni_core.engine.output import chunk_frames
 
 from .codec_models import NUM_FRAMES, models, random_codes
 
@@ -127,12 +128,15 @@ def test_streams_one_after_another_pack_only_their_last_chunks_length_again(pack
     once met, a later stream finds them packed and only its last chunk's length, when new, is packed again. With
     fewer copies than that, each length evicted the next one needed and every chunk of every stream packed again."""
     _, ours = models(preset)
-    codes = random_codes(num_frames=1 + 2 + 4 + 8 + 8 + 5)
+    sizes = [chunk_frames(sent) for sent in range(5)]  # 1, 2, 4, 8, 8: then a last, shorter chunk
+    codes = random_codes(num_frames=sum(sizes) + 5)
     for stream, last in enumerate([3, 5, 3, 5, 1]):
         before = held_copies()
         decoder = StreamingDecoder(ours)
-        for start, n in ((0, 1), (1, 2), (3, 4), (7, 8), (15, 8), (23, last)):
+        start = 0
+        for n in sizes + [last]:
             decoder.push(codes[:, :, start:start + n])
+            start += n
         new = held_copies() - before
         per_conv = collections.Counter(conv for conv, _, _ in new)
         if stream >= 2:  # the first two met every length
