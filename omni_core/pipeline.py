@@ -83,7 +83,7 @@ class Pipeline:
         self.top_p_of_top_k = not self.options.exact
         cp = self.talker.code_predictor
         cp.sampling = dataclasses.replace(cp.sampling, top_p_of_top_k=self.top_p_of_top_k)
-        self.predictors = Predictors(cp, self.device, compiled=self.options.compile)
+        self.predictors = Predictors(cp, self.device, compiled=self.options.compile, exact=self.options.exact)
         family = registry.of_config(self.config)(self.config, loaded.modules, self.tokenizer, self.device)
         self.model = SpeechModel(self.config, self.thinker, self.talker, self.code2wav, self.tokenizer,
                                  self.device, self.dtype, self.predictors, family)

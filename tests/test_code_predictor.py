@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from omni_core.models.code_predictor import PREDICTOR_SAMPLING, predict_kv, predict_reprefill
+from omni_core.models.code_predictor import GREEDY, PREDICTOR_SAMPLING, predict_kv, predict_reprefill
 
 
 def inputs(pipe, batch=3, seed=0):
@@ -110,3 +110,52 @@ def test_sampling_is_seeded_and_both_predictors_agree(pipe):
     assert not torch.equal(a, run(predict_reprefill, 8))
     greedy = predict_reprefill(cp, h, e0)[0]
     assert not torch.equal(a, greedy)
+
+
+def _projected(dtype: str):
+    """A predictor narrower than its talker (as Qwen3-TTS 1.7B's): its inputs go through small_to_mtp_projection."""
+    from omni_core.models.code_predictor import CodePredictor
+
+    from .conftest import our_pipeline
+
+    cfg = our_pipeline("tiny").config.predictor
+    torch.manual_seed(0)
+    return CodePredictor(cfg, 16, embedding_dim=cfg.hidden_size + 32).to(getattr(torch, dtype)).eval()
+
+
+@pytest.mark.parametrize("model,dtype,threads", [("tiny", "float32", 1), ("tiny", "float32", 2),
+                                                 ("tiny-tts", "bfloat16", 2), ("projected", "float32", 1),
+                                                 ("projected", "bfloat16", 1)])
+@pytest.mark.parametrize("sampled", [(), (1, 3, 4), tuple(range(7))])
+def test_both_kinds_in_one_pass_give_each_row_its_own_kinds_floats(model, dtype, threads, sampled):
+    """`predict_both` against each kind's own batched call (KV rows with predict_kv, the others with
+    predict_reprefill, each with its rows' noise): every output of every row bit for bit, greedy and sampled rows
+    mixed, all greedy and all sampled."""
+    from omni_core.models.code_predictor import predict_both
+
+    from .conftest import our_pipeline
+
+    cp = _projected(dtype) if model == "projected" else our_pipeline(model, dtype).talker.code_predictor
+    C, V, B = cp.embedding_dim, cp.lm_head[0].out_features, 7
+    g = torch.Generator().manual_seed(3)
+    h, e0 = torch.randn(B, C, generator=g).to(getattr(torch, dtype)), torch.randn(B, C, generator=g).to(getattr(torch, dtype))
+    kv = torch.tensor([True, False, False, True, True, False, True])
+    greedy = torch.tensor([b not in sampled for b in range(B)])
+    noise = torch.cat([cp.frame_noise(1, cp.sampling, torch.Generator().manual_seed(b), "cpu") if b in sampled
+                       else torch.ones(15, 1, V) for b in range(B)], dim=1)
+    sampling, greedy_rows = (cp.sampling, greedy if not greedy.all() and greedy.any() else None) if sampled \
+        else (GREEDY, None)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        both = predict_both(cp, kv, h, e0, sampling, noise if sampled else None, greedy_rows, alternatives=5)
+        for rows, predict in ((kv, predict_kv), (~kv, predict_reprefill)):
+            some = rows & ~greedy
+            want = predict(cp, h[rows], e0[rows], sampling if some.any() else GREEDY,
+                           noise=noise[:, rows] if some.any() else None,
+                           greedy_rows=greedy[rows] if some.any() and not some[rows].all() else None, alternatives=5)
+            for got, expected in zip(both, want):
+                torch.testing.assert_close(got[rows], expected, rtol=0, atol=0)
+    finally:
+        torch.set_num_threads(before)
+    assert len(set(both[0][:, 0].tolist())) > 1  # the rows differ

@@ -218,23 +218,25 @@ def test_requests_taken_in_together_equal_their_solo_runs(preset, dtype):
 
 
 def test_one_predictor_call_per_step_for_all_rows():
+    """Both kinds, compare mode and sampled rows in one eager call a step, never a loop over rows or kinds."""
     pipe = our_pipeline("tiny")
     preds, batches = pipe.predictors, []
-    original = preds.run
+    original = preds.run_rows
 
-    def recording(kind, h, *args, **kwargs):
-        batches.append((kind, h.shape[0]))
-        return original(kind, h, *args, **kwargs)
+    def recording(kinds, graphs, h, *args, **kwargs):
+        batches.append((tuple(sorted(kinds)), h.shape[0]))
+        return original(kinds, graphs, h, *args, **kwargs)
 
-    preds.run = recording
+    preds.run_rows = recording
     try:
-        requests = [SpeechRequest(f"Row {i}.", max_frames=6, do_sample=i % 2 == 1, seed=i) for i in range(4)]
+        requests = [SpeechRequest(f"Row {i}.", max_frames=6, do_sample=i % 2 == 1, seed=i, predictor=p)
+                    for i, p in enumerate(("reprefill", "kv", "compare", "kv"))]
         streams = pipe.stream_together(requests)
         results = [collect(s) for s in streams]
     finally:
-        del preds.run
+        del preds.run_rows
     assert all(r.stats.frames == 6 for r in results)
-    assert batches == [("reprefill", 4)] * 6  # one call per step with every row, never a loop over rows
+    assert batches == [(("kv", "kv", "kv", "reprefill", "reprefill"), 5)] * 6
 
 
 def test_a_cancelled_request_stops_within_a_step_and_the_others_finish():

@@ -70,7 +70,7 @@ BATCHED_CALLS = {  # the module a batched call runs, and which of the doomed req
     "thinker rows": (lambda pipe: pipe.thinker.lm_head, 1),  # call 0 is the prefill, 1 the first batched step
     "talker rows": (lambda pipe: pipe.talker.model.norm, 1),
     "CB0 head": (lambda pipe: pipe.talker.codec_head, 0),
-    "predictor": (lambda pipe: pipe.talker.code_predictor.model.norm, 0),
+    "predictor": (lambda pipe: pipe.talker.code_predictor.lm_head[0], 0),  # its rows: [B, H]
 }
 
 

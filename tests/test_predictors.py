@@ -50,3 +50,20 @@ def test_graph_only_for_reprefill_on_cuda_unless_opted_out():
     cuda = Predictors(pipe.talker.code_predictor, torch.device("cuda"))  # nothing is built until used
     assert cuda.uses_graph("reprefill", None) and cuda.uses_graph("reprefill", True)
     assert not cuda.uses_graph("reprefill", False) and not cuda.uses_graph("kv", None)
+
+
+@torch.no_grad()
+def test_rows_of_both_kinds_get_what_their_kinds_own_calls_give_them():
+    """`run_rows`: one pass for both kinds (one call), or in exact mode a call per kind; either way each row
+    gets, bit for bit, what its kind's own call gives it (greedy and sampled rows mixed)."""
+    preds, h, e0 = inputs(4)
+    kinds = ["kv", "reprefill", "kv", "reprefill"]
+    gens = lambda: [None, torch.Generator().manual_seed(5), torch.Generator().manual_seed(6), None]  # noqa: E731
+    for exact in (False, True):
+        preds.exact, before = exact, preds.calls
+        got = preds.run_rows(kinds, [False] * 4, h, e0, gens())
+        assert preds.calls - before == (2 if exact else 1)
+        for kind in ("kv", "reprefill"):
+            rows, g = [b for b, k in enumerate(kinds) if k == kind], gens()
+            want = preds.run(kind, h[rows], e0[rows], [g[b] for b in rows])
+            assert all(torch.equal(x[rows], y) for x, y in zip(got, want))

@@ -128,22 +128,26 @@ def test_a_cb0_call_that_raises_leaves_every_row_as_it_was(runner, monkeypatch):
         assert all(torch.equal(x, y) for x, y in zip(runner.choose_cb0([seq])[0], expected))
 
 
-def test_predict_makes_one_call_per_kind_and_compare_rows_are_in_both(runner):
+def test_predict_makes_one_call_for_both_kinds_and_compare_rows_get_both(runner):
+    """Eager on a CPU: one predictor call a step for every row of both kinds; a compare-mode row gets both, and
+    each row the floats its kind gives it alone."""
     m = runner.model
     seqs = [new(runner, predictor=p) for p in ("reprefill", "kv", "compare")]
     g = torch.Generator().manual_seed(0)
     for s in seqs:
         s.hidden = torch.randn(1, m.config.talker.hidden_size, generator=g)
     cb0 = {s: (torch.tensor([7 + i]),) for i, s in enumerate(seqs)}
-    groups = runner.predictor_groups(seqs)
-    assert [(kind, rows) for kind, _, rows in groups] == [("reprefill", [seqs[0], seqs[2]]), ("kv", [seqs[1], seqs[2]])]
-    calls_before, out = m.predictors.calls, {}
-    for kind, graph, rows in groups:
-        out.update({(s, kind): made for s, made in zip(rows, runner.predict(kind, graph, rows, cb0))})
-    assert m.predictors.calls - calls_before == 2
-    codes, probs, embeds, top, top_probs = out[seqs[2], "kv"]
+    calls_before = m.predictors.calls
+    out = runner.predict(seqs, cb0)
+    assert m.predictors.calls - calls_before == 1
+    assert [sorted(kinds) for kinds in out] == [["reprefill"], ["kv"], ["kv", "reprefill"]]
+    codes, probs, embeds, top, top_probs = out[2]["kv"]
     assert codes.shape == (1, 15) and embeds.shape == (1, 15, m.config.talker.hidden_size) and top.shape == (1, 15, 5)
-    torch.testing.assert_close(out[seqs[2], "kv"][0], out[seqs[2], "reprefill"][0])  # float32 greedy: they agree
+    torch.testing.assert_close(out[2]["kv"][0], out[2]["reprefill"][0])  # float32 greedy: they agree
+    for seq, kinds in zip(seqs, out):
+        alone = runner.predict([seq], cb0)[0]
+        for kind, made in kinds.items():
+            assert all(torch.equal(x, y) for x, y in zip(made, alone[kind]))
 
 
 @pytest.mark.parametrize("chunk", [1, 5, 16])

@@ -203,32 +203,27 @@ class Runner:
         chosen = choose_with_alternatives(logits, first.sampling, noise=noise)
         return [tuple(x[j:j + 1] for x in chosen) for j in range(len(seqs))]
 
-    def predictor_groups(self, seqs: list[Sequence]) -> list[tuple[str, bool, list[Sequence]]]:
-        """One predictor call per (kind, graph or not): its rows; compare-mode rows are in both kinds."""
-        preds, groups = self.model.predictors, []
-        for kind in ("reprefill", "kv"):
-            for graph in (False, True):
-                rows = [s for s in seqs if kind in PREDICTOR_KINDS[s.req.predictor]
-                        and preds.uses_graph(kind, s.req.cuda_graph) == graph]
-                if rows:
-                    groups.append((kind, graph, rows))
-        return groups
-
-    def predict(self, kind: str, graph: bool, seqs: list[Sequence], cb0: dict) -> list[tuple]:
-        """CB1..CB15 for every row in one call → per row (codes, probs, embeds, top codes, top probs), each [1, ...]."""
-        h = torch.cat([s.hidden for s in seqs])  # [B, C]
-        e0 = self.model.talker.model.codec_embedding(torch.cat([cb0[s][0] for s in seqs]))
-        gens = [s.gen_predictor[kind] if s.req.do_sample else None for s in seqs]
+    def predict(self, seqs: list[Sequence], cb0: dict) -> list[dict[str, tuple]]:
+        """CB1..CB15 for every row, each on its request's predictor (a compare-mode row on both), in one
+        predictor call → per row {kind: (codes, probs, embeds, top codes, top probs), each [1, ...]}."""
+        preds = self.model.predictors
+        jobs = [(s, kind) for s in seqs for kind in PREDICTOR_KINDS[s.req.predictor]]
+        h = torch.cat([s.hidden for s, _ in jobs])  # [J, C]
+        e0 = self.model.talker.model.codec_embedding(torch.cat([cb0[s][0] for s, _ in jobs]))
+        graphs = [preds.uses_graph(kind, s.req.cuda_graph) for s, kind in jobs]
+        gens = [s.gen_predictor[kind] if s.req.do_sample else None for s, kind in jobs]
         states = [g.get_state() for g in gens if g is not None]
         try:
-            made = self.model.predictors.run(kind, h, e0, gens, use_graph=graph)
+            made = preds.run_rows([kind for _, kind in jobs], graphs, h, e0, gens)
         except Exception:  # the noise was drawn: put the generators back, so a row run again draws the same
             for g, state in zip([g for g in gens if g is not None], states):
                 g.set_state(state)
             raise
-        for seq in seqs:
+        out: dict[Sequence, dict] = {s: {} for s in seqs}
+        for j, ((seq, kind), graph) in enumerate(zip(jobs, graphs)):
             seq.stats.cuda_graph |= graph
-        return [tuple(x[b:b + 1] for x in made) for b in range(len(seqs))]
+            out[seq][kind] = tuple(x[j:j + 1] for x in made)
+        return [out[s] for s in seqs]
 
 
 def _no_stream(prefix: torch.Tensor | None = None) -> None:

@@ -3,8 +3,8 @@
 `Step.run()` reads as one sentence: schedule (stop, pause, admit) → prefill newcomers'
 prompts → think (one batched thinker token for every chat reply the talker is about to
 read) → a frame for every row (`frame`): talk (prefill talker prompts, one batched talker
-step) → CB0 for every row (rows alike as one batch) → one predictor call per predictor kind
-for all rows → emit each row's frame and audio. Rows still waiting for their first frame take
+step) → CB0 for every row (rows alike as one batch) → one predictor call for all rows (both
+kinds in one pass eager; per kind compiled or on a CUDA graph) → emit each row's frame and audio. Rows still waiting for their first frame take
 that part first, in calls of their own, so a newcomer's first audio does not wait for the older
 rows' whole step. With codec processes (`codec_threads`, `codec_processes`), emit sends the
 chunks' codes and their audio comes back while the next step runs (engine/codec_process.py,
@@ -157,12 +157,9 @@ class Step:
         return self.finish_done(seqs, cb0), cb0
 
     def predict(self, seqs: list[Sequence], cb0: dict) -> tuple[list[Sequence], dict]:
-        """CB1..CB15: one call per predictor kind (and graph or not) for all its rows."""
-        out: dict = {}
-        for kind, graph, rows in self.runner.predictor_groups(seqs):
-            rows, made = self.guard.batched("predictor", rows, lambda r: self.runner.predict(kind, graph, r, cb0))
-            out.update({(s, kind): m for s, m in zip(rows, made)})
-        return [s for s in seqs if not s.finished], out
+        """CB1..CB15 for every row, on its predictor (both for compare mode), in one predictor call."""
+        rows, made = self.guard.batched("predictor", seqs, lambda r: self.runner.predict(r, cb0))
+        return rows, {(s, kind): m for s, kinds in zip(rows, made) for kind, m in kinds.items()}
 
     def emit(self, seqs: list[Sequence], cb0: dict, predicted: dict) -> None:
         """Each row's Frame; then the audio of the rows whose next chunk is due, one codec call per group

@@ -70,6 +70,17 @@ class CodePredictor(nn.Module):
             x = self.small_to_mtp_projection(x)
         return self.model(x, cache, start)
 
+    def forward_groups(self, groups: list[tuple[torch.Tensor, object]]) -> list[torch.Tensor]:
+        """Groups of rows alike, each (inputs [B_g, T_g, C] at talker width, its batched cache or None), in one
+        call → each group's normed hidden states [B_g, T_g, H] (`DecoderStack.forward_groups`)."""
+        groups = [(x, cache) for x, cache in groups if x.shape[0]]
+        x = torch.cat([x.reshape(1, -1, x.shape[-1]) for x, _ in groups], dim=1)  # [1, N, C]
+        if self.small_to_mtp_projection is not None:
+            x = self.small_to_mtp_projection(x)
+        h = self.model.forward_groups(x, [(g.shape[0], g.shape[1], cache) for g, cache in groups])
+        return [part.view(g.shape[0], g.shape[1], -1) for part, (g, _) in
+                zip(h[0].split([g.shape[0] * g.shape[1] for g, _ in groups]), groups)]
+
     def step(self, j: int, last_hidden: torch.Tensor, sampling: SamplingConfig, noise: torch.Tensor | None,
              greedy_rows: torch.Tensor | None = None, alternatives: int = 0):
         """last_hidden [B, C] → CB(j+1) ids [B], probs [B], embedding [B, C], top ids [B, k], top probs [B, k]."""
@@ -125,6 +136,36 @@ def predict_kv(cp: CodePredictor, h_talker: torch.Tensor, e_cb0: torch.Tensor,
         steps.append(cp.step(j, hidden[:, -1], sampling, noise, greedy_rows, alternatives))
         x = steps[-1][2][:, None]  # only the new position
     return _stacked(steps, alternatives)
+
+
+@torch.no_grad()
+def predict_both(cp: CodePredictor, kv: torch.Tensor, h_talker: torch.Tensor, e_cb0: torch.Tensor,
+                 sampling: SamplingConfig = GREEDY, noise: torch.Tensor | None = None,
+                 greedy_rows: torch.Tensor | None = None, alternatives: int = 0):
+    """Rows of both predictors in one pass a step: kv [B] bool, True where a row runs `predict_kv`, False where
+    it runs `predict_reprefill`; the rest as their contract. Each step packs the KV rows' new positions and the
+    re-prefill rows' whole sequences into one sequence: every matmul, the head and the choice run once for all
+    rows, and each kind attends as a batch of its own, so a row gets the floats its own kind's call gives it."""
+    G, B = cp.num_code_groups, h_talker.shape[0]
+    order = torch.cat([kv.nonzero()[:, 0], (~kv).nonzero()[:, 0]])  # the KV rows first
+    nk = int(kv.sum())
+    if noise is not None:
+        noise = noise[:, order]
+    if greedy_rows is not None:
+        greedy_rows = greedy_rows[order]
+    cache = cp.model.new_cache(nk, G, like=h_talker)
+    x = torch.stack([h_talker[order], e_cb0[order]], dim=1)  # [B, 2, C]
+    new, seq = x[:nk], x[nk:]  # the KV rows' new positions; the re-prefill rows' whole sequences
+    steps = []
+    for j in range(G - 1):
+        hidden = cp.forward_groups([(new, cache), (seq, None)])
+        last = torch.cat([part[:, -1] for part in hidden])  # [B, H], the KV rows first
+        steps.append(cp.step(j, last, sampling, noise, greedy_rows, alternatives))
+        embeds = steps[-1][2][:, None]  # [B, 1, C]
+        new, seq = embeds[:nk], torch.cat([seq, embeds[nk:]], dim=1)
+    back = torch.empty_like(order)
+    back[order] = torch.arange(B, device=order.device)
+    return tuple(out[back] for out in _stacked(steps, alternatives))
 
 
 def frame_embedding(codec_embedding: nn.Embedding, cb0: torch.Tensor, residual_embeds: torch.Tensor) -> torch.Tensor:

@@ -30,6 +30,10 @@ class DecoderLayer(nn.Module):
         h = h + self.self_attn.decode_rows(self.input_layernorm(h), cos, sin, caches, self.index)
         return h + self.mlp(self.post_attention_layernorm(h))
 
+    def grouped(self, h, groups: list[tuple]):
+        h = h + self.self_attn.grouped(self.input_layernorm(h), groups, self.index)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
     def prefill_rows(self, h, cos, sin, caches: list[KVCache], sizes: list[int]):
         h = h + self.self_attn.prefill_rows(self.input_layernorm(h), cos, sin, caches, sizes, self.index)
         x = self.post_attention_layernorm(h)
@@ -98,6 +102,19 @@ class DecoderStack(nn.Module):
         for cache, T in zip(caches, sizes):
             cache.advance(T)
         return list(h.split(sizes, dim=1))
+
+    def forward_groups(self, h: torch.Tensor, groups: list[tuple[int, int, KVCache | None]]) -> torch.Tensor:
+        """Groups of rows alike in one call (`Attention.grouped`): h [1, N, C], the groups' rows packed group by
+        group; groups: (B_g, T_g, cache or None): B_g rows of T_g new positions each, after their cache's
+        positions (none: from position 0) → the normed hidden [1, N, C]; every cache advanced by its T_g."""
+        tables = [(B, T, *self.rope.table(cache.length if cache else 0, T, h.device, h.dtype), cache)
+                  for B, T, cache in groups]
+        for layer in self.layers:
+            h = layer.grouped(h, tables)
+        for _, T, cache in groups:
+            if cache is not None:
+                cache.advance(T)
+        return self.norm(h)
 
     def row_tables(self, caches: list[KVCache], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The rotary cos, sin [B, 1, 1, D] of each row's next position (caches[b].length): new tensors."""

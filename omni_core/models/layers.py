@@ -175,9 +175,13 @@ class Attention(nn.Module):
 
     def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """x [B, T, C] → q [B, H, T, D], k, v [B, KVH, T, D], normed and rotated."""
-        B, T, _ = x.shape
+        return self.heads(self.qkv_proj(x), cos, sin)
+
+    def heads(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """qkv_proj's output [B, T, (H + 2 KVH) D] → q [B, H, T, D], k, v [B, KVH, T, D], normed and rotated."""
+        B, T, _ = qkv.shape
         H = self.sizes[0] // self.head_dim
-        qk, v = self.qkv_proj(x).split([self.sizes[0] + self.sizes[1], self.sizes[2]], dim=-1)
+        qk, v = qkv.split([self.sizes[0] + self.sizes[1], self.sizes[2]], dim=-1)
         # q and k heads side by side: one norm and one rotation for both.
         qk = apply_rope(self._qk_norm(qk.view(B, T, -1, self.head_dim)).transpose(1, 2), cos, sin)
         return qk[:, :H], qk[:, H:], v.view(B, T, -1, self.head_dim).transpose(1, 2)
@@ -233,6 +237,20 @@ class Attention(nn.Module):
             out.append(self.attend(q[:, :, at:at + T], kb, vb))
             at += T
         return self.o_proj(torch.cat(out, dim=2).transpose(1, 2).reshape(1, at, -1))
+
+    def grouped(self, x: torch.Tensor, groups: list[tuple], layer: int) -> torch.Tensor:
+        """Groups of rows packed into one sequence, each group's rows alike (B_g rows of T_g positions at the
+        same positions, one batched cache or none): x [1, N, C] (N = Σ B_g T_g, group by group, row by row);
+        groups: (B_g, T_g, cos [T_g, D], sin, cache or None). The projections run over all N rows at once; each
+        group attends as a batch of its own: the floats of the group's own `forward`."""
+        qkv, out, at = self.qkv_proj(x), [], 0
+        for B, T, cos, sin, cache in groups:
+            q, k, v = self.heads(qkv[0, at:at + B * T].view(B, T, -1), cos, sin)
+            if cache is not None:
+                k, v = cache.update(layer, k, v)
+            out.append(self.attend(q, k, v).transpose(1, 2).reshape(1, B * T, -1))
+            at += B * T
+        return self.o_proj(torch.cat(out, dim=1))
 
 
 class MLP(nn.Module):
