@@ -1,7 +1,7 @@
 """`Runner` (omni_core/engine/runner.py), the only caller of the models: admission in speak mode (no
 thinker) and chat mode (prefill, first token), reply tokens up to the limit, the talker's prefill
 (in pieces: the same floats as one prefill where the prompt is one piece), CB0 with its alternatives,
-and one predictor call per kind with compare rows in both."""
+and one predictor call for both kinds with compare rows in both."""
 
 from __future__ import annotations
 
