@@ -1,5 +1,7 @@
 """One predictor call as the engine makes it (`Predictors.run`, one frame for every row), greedy rows against
 the page's mix (some rows sampled), and the sampling noise drawn two ways: what a sampled row adds to a step.
+"both kinds": rows half on each predictor (the page's mix), a call per kind against `Predictors.run_rows`'
+one pass for both.
 
 Each case is timed in turn (A, B, C, ... then again: `bench.interleaved`), all in one passing thread with the
 engine's kernel threads, as the engine's thread makes them (a thread of their own per call would add a new
@@ -35,6 +37,15 @@ def cases(pipe, rows: list[int]) -> dict:
             if B > 1:
                 gens = [torch.Generator().manual_seed(i) if i == 0 or i % 3 == 2 else None for i in range(B)]
                 out[kind, B, "mixed"] = lambda kind=kind, h=h, e0=e0, gens=gens: preds.run(kind, h, e0, gens)
+    for B in (b for b in rows if b > 1):  # the page's mix of kinds: a call per kind against one pass for both
+        h, e0 = torch.randn(B, C, dtype=dtype), torch.randn(B, C, dtype=dtype)
+        kinds = ["kv" if i % 2 else "reprefill" for i in range(B)]
+        gens = [torch.Generator().manual_seed(i) if i % 3 == 2 else None for i in range(B)]
+        split = {k: [i for i in range(B) if kinds[i] == k] for k in ("kv", "reprefill")}
+        out["both kinds", B, "a call per kind"] = lambda h=h, e0=e0, gens=gens, split=split: [
+            preds.run(k, h[r], e0[r], [gens[i] for i in r]) for k, r in split.items()]
+        out["both kinds", B, "one pass"] = lambda h=h, e0=e0, gens=gens, kinds=kinds: preds.run_rows(
+            kinds, [False] * len(kinds), h, e0, gens)
     shape = (pipe.predictors.cp.num_code_groups - 1, 1, pipe.predictors.cp.lm_head[0].out_features)
     g = torch.Generator().manual_seed(0)
     out["noise", 1, "-log U"] = lambda: draw_noise(shape, g, "cpu")
