@@ -295,26 +295,46 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+# the codec in a process of its own (engine/codec_process.py) on one of the cores, the engine on the rest
+_SPLIT = dict(threads=max(1, torch.get_num_threads() - 1), codec_threads=1)
+CONCURRENCY_WAYS = {"batched eager": {}, "batched compiled": dict(compile=True),
+                    "batched eager, codec process": _SPLIT,
+                    "batched compiled, codec process": dict(compile=True, **_SPLIT),
+                    # every request is taken, all of them may be in line at once (the default line is 4 x max_batch)
+                    "one at a time eager": dict(max_batch=1, max_waiting=64)}
+
+
 def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60, eager: bool = False) -> dict:
     """N simultaneous speak-mode requests of `frames` frames on the tiny model (`page_mix`: the page's traffic),
     for the batched engine (eager and compiled, the codec in the engine's thread or in a process of its own) and, as the
     baseline, the same engine serving one request at a time (max_batch=1: each request runs alone, the
     rest wait). Rounds interleave the engines. eager: without the compiled engines (whose first warm-up
-    compiles every bucket's frames and steps: the better part of an hour on 2 cores)."""
-    from omni_core.pipeline import load_pipeline
-    from omni_core.request import SpeechRequest
+    compiles every bucket's frames and steps: the better part of an hour on 2 cores). The codec-process
+    engines run in a process of their own, after the others: loading one moves its codec's weights into shared
+    memory, which slows every tiny engine in its process (BENCHMARKS.md, "Many listeners"); ratios compare
+    an engine with itself, in one process."""
+    import concurrent.futures
+    import multiprocessing
 
-    # the codec in a process of its own (engine/codec_process.py) on one of the cores, the engine on the rest
-    split = dict(threads=max(1, torch.get_num_threads() - 1), codec_threads=1)
-    ways = {"batched eager": {}, "batched compiled": dict(compile=True),
-            "batched eager, codec process": split, "batched compiled, codec process": dict(compile=True, **split),
-            # every request is taken, all of them may be in line at once (the default line is 4 x max_batch)
-            "one at a time eager": dict(max_batch=1, max_waiting=max(counts))}
-    engines = {name: load_pipeline("tiny", device="cpu", **options) for name, options in ways.items()
-               if not (eager and options.get("compile"))}
+    names = [n for n, options in CONCURRENCY_WAYS.items() if not (eager and options.get("compile"))]
+    shared = [n for n in names if "codec_threads" in CONCURRENCY_WAYS[n]]
+    out = concurrency_ways(repeats, counts, frames, [n for n in names if n not in shared])
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        apart = pool.submit(concurrency_ways, repeats, counts, frames, shared).result()
+    for n in counts:
+        out[f"{n} at once"].update(apart[f"{n} at once"])
+    return out
+
+
+def concurrency_ways(repeats: int, counts, frames: int, names: list[str]) -> dict:
+    """`bench_concurrency` for the engines `names` (CONCURRENCY_WAYS), all in this process."""
+    from omni_core.pipeline import load_pipeline
+
+    engines = {name: load_pipeline("tiny", device="cpu", **CONCURRENCY_WAYS[name]) for name in names}
     for name, pipe in engines.items():
         if "compiled" in name:
             pipe.warm_up()
+        run_concurrently(pipe, page_mix(2, 4))  # its first calls (a codec process's first chunk: ~1 s) go unmeasured
     out = {}
     for n in counts:
         requests = page_mix(n, frames)
@@ -325,7 +345,7 @@ def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60, eage
                 runs[name].append(run_concurrently(pipe, requests))
         out[f"{n} at once"] = {name: summarize(rs) for name, rs in runs.items()}
     for name in engines:
-        alone = out["1 at once"][name]
+        alone = out[f"{counts[0]} at once"][name]
         for n in counts[1:]:
             row = out[f"{n} at once"][name]
             row["fps_over_one"] = row["frames_per_s"] / alone["frames_per_s"]

@@ -63,7 +63,8 @@ def test_top_p_cut_times_both_cuts_for_both_predictors():
 
 
 def test_predictor_calls_times_every_case_and_both_noises(capsys):
-    """benchmarks.predictor_calls: greedy and mixed calls of both predictors, and the two ways to draw noise."""
+    """benchmarks.predictor_calls: greedy and mixed calls of both predictors, both kinds a call each and in one
+    pass, and the two ways to draw noise."""
     import json
 
     from benchmarks import predictor_calls
@@ -71,5 +72,6 @@ def test_predictor_calls_times_every_case_and_both_noises(capsys):
     predictor_calls.main(["--rows", "1", "2", "--repeats", "1", "--threads", "1"])
     ms = json.loads(capsys.readouterr().out)["ms_per_call"]
     assert set(ms) == {f"{kind} {rows} {way}" for kind in ("kv", "reprefill") for rows, way in
-                       ((1, "greedy"), (2, "greedy"), (2, "mixed"))} | {"noise 1 -log U", "noise 1 exponential_"}
+                       ((1, "greedy"), (2, "greedy"), (2, "mixed"))} | {"noise 1 -log U", "noise 1 exponential_"} \
+        | {"both kinds 2 a call per kind", "both kinds 2 one pass"}
     assert all(v > 0 for v in ms.values())
