@@ -5,9 +5,10 @@ families/). Batched, for all rows at once: the next piece of each request's
 thinker prompt (chat mode) or talker prompt, packed into one call (`prefill`; pieces of
 `prefill_chunk` positions: the engine runs a few pieces a step, so a long prompt cannot stall the
 rows already speaking), one thinker token, the talker's next inputs and one talker step (ragged cache
-lengths), the codec head, and one code-predictor call per predictor kind. A row's floats do not depend on its
-neighbours: matmul rows are batch-invariant (`invariant.linear`), attention runs per row,
-each row samples from its own generators.
+lengths), the codec head, and one code-predictor call for every row, each on its kind (both kinds in one pass
+eager: fast/predictors.py). A row's floats do not depend on its neighbours: matmul rows are batch-invariant
+(`invariant.linear`), attention runs per row (the predictor's: per kind, on one thread), each row samples
+from its own generators.
 """
 
 from __future__ import annotations
