@@ -4,9 +4,9 @@
 prompts → think (one batched thinker token for every chat reply the talker is about to
 read) → a frame for every row (`frame`): talk (prefill talker prompts, one batched talker
 step) → CB0 for every row (rows alike as one batch) → one predictor call for all rows (both
-kinds in one pass eager; per kind compiled or on a CUDA graph) → emit each row's frame and audio. Rows still waiting for their first frame take
-that part first, in calls of their own, so a newcomer's first audio does not wait for the older
-rows' whole step. With codec processes (`codec_threads`, `codec_processes`), emit sends the
+kinds in one pass eager; a call per kind compiled or on a CUDA graph) → emit each row's frame
+and audio. Rows still waiting for their first frame take that part first, in calls of their
+own, so a newcomer's first audio does not wait for the older rows' whole step. With codec processes (`codec_threads`, `codec_processes`), emit sends the
 chunks' codes and their audio comes back while the next step runs (engine/codec_process.py,
 engine/codec_pool.py); the engine stays at most one step ahead of them.
 
