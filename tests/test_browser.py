@@ -8,8 +8,11 @@ request, decodes an uploaded codes file, and saves screenshots under outputs/scr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -116,19 +119,49 @@ def test_fits_a_phone_screen(page):
         page.set_viewport_size({"width": 1400, "height": 1000})
 
 
-def test_stop_ends_a_long_request_and_the_next_runs(page):
+class Phases:
+    """When each wait of a test began and ended. A wait that fails says so with the waits before it and the
+    server's /health (the requests its engine held then): what a wait that timed out was waiting behind."""
+
+    def __init__(self, server: str):
+        self.server, self.t0, self.done = server, time.monotonic(), []
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        start = time.monotonic() - self.t0
+        try:
+            yield
+        except Exception as exc:
+            raise AssertionError(f"waiting for {name} (from {start:.1f} s) failed: {type(exc).__name__}; "
+                                 f"waits before it: {self.done}; the server's /health: {self.health()}") from exc
+        self.done.append(f"{name} {start:.1f}-{time.monotonic() - self.t0:.1f} s")
+
+    def health(self) -> str:
+        try:
+            with urllib.request.urlopen(self.server.rstrip("/") + "/health", timeout=5) as r:
+                return r.read().decode()
+        except Exception as exc:  # the server itself not answering is the news
+            return f"no answer ({exc!r})"
+
+
+def test_stop_ends_a_long_request_and_the_next_runs(page, app_server):
     # The slider's most: on a loaded machine the page draws behind the engine, and a shorter request can
     # finish (no "Stopped") before the click reaches it.
+    phase = Phases(app_server)
     set_max_frames(page, 1500)
     page.locator("#generate").click()
-    page.wait_for_function("() => document.querySelector('#stats')?.innerText.includes('Generating')")
-    page.wait_for_function("() => /[1-9]\\d* frames/.test(document.querySelector('#heatmap .gtitle')?.textContent)")
+    with phase("'Generating'"):
+        page.wait_for_function("() => document.querySelector('#stats')?.innerText.includes('Generating')")
+    with phase("the first frames"):
+        page.wait_for_function("() => /[1-9]\\d* frames/.test(document.querySelector('#heatmap .gtitle')?.textContent)")
     page.locator("#stop").click()
-    page.wait_for_function("() => document.querySelector('#stats')?.innerText.includes('Stopped')", timeout=15_000)
+    with phase("'Stopped'"):
+        page.wait_for_function("() => document.querySelector('#stats')?.innerText.includes('Stopped')", timeout=15_000)
     frames = int(heatmap_title(page).split(" frames")[0].split()[-1])
     assert 0 < frames < 1500
 
     set_max_frames(page, 12)
+    page.locator("#predictor").get_by_text("re-prefill", exact=True).click()  # whatever an earlier test chose
     stats = generate_and_wait(page, "re-prefill")
     assert "12" in stats
 
