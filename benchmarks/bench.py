@@ -319,10 +319,11 @@ def bench_concurrency(repeats: int, counts=(1, 4, 8, 16), frames: int = 60, eage
     names = [n for n, options in CONCURRENCY_WAYS.items() if not (eager and options.get("compile"))]
     shared = [n for n in names if "codec_threads" in CONCURRENCY_WAYS[n]]
     out = concurrency_ways(repeats, counts, frames, [n for n in names if n not in shared])
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        apart = pool.submit(concurrency_ways, repeats, counts, frames, shared).result()
-    for n in counts:
-        out[f"{n} at once"].update(apart[f"{n} at once"])
+    if shared:
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            apart = pool.submit(concurrency_ways, repeats, counts, frames, shared).result()
+        for n in counts:
+            out[f"{n} at once"].update(apart[f"{n} at once"])
     return out
 
 

@@ -1,6 +1,7 @@
 """A decoder layer (attention, then a dense MLP or the sparse MoE) and the stack of them that the
-thinker, talker and code predictor are: prefill, the prompt pieces of several requests with their own
-caches packed into one call (`prefill_rows`, eager), and one token for each of several requests with
+thinker, talker and code predictor are: prefill; groups of rows alike packed into one call, each group
+attending as a batch of its own (`forward_groups`, eager: the code predictor's two kinds; `prefill_rows`, the
+prompt pieces of several requests with their own caches); and one token for each of several requests with
 their own caches (`decode_rows`: eager, or one compiled call for all the rows)."""
 
 from __future__ import annotations
@@ -30,14 +31,12 @@ class DecoderLayer(nn.Module):
         h = h + self.self_attn.decode_rows(self.input_layernorm(h), cos, sin, caches, self.index)
         return h + self.mlp(self.post_attention_layernorm(h))
 
-    def grouped(self, h, groups: list[tuple]):
-        h = h + self.self_attn.grouped(self.input_layernorm(h), groups, self.index)
-        return h + self.mlp(self.post_attention_layernorm(h))
-
-    def prefill_rows(self, h, cos, sin, caches: list[KVCache], sizes: list[int]):
-        h = h + self.self_attn.prefill_rows(self.input_layernorm(h), cos, sin, caches, sizes, self.index)
+    def grouped(self, h, cos, sin, groups: list[tuple]):
+        h = h + self.self_attn.grouped(self.input_layernorm(h), cos, sin, groups, self.index)
         x = self.post_attention_layernorm(h)
-        return h + (self.mlp(x, sizes) if isinstance(self.mlp, SparseMoe) else self.mlp(x))
+        if isinstance(self.mlp, SparseMoe):  # its shared expert's gate: each group's rows a call of their own
+            return h + self.mlp(x, [B * T for B, T, _ in groups])
+        return h + self.mlp(x)
 
 
 class DecoderStack(nn.Module):
@@ -89,28 +88,23 @@ class DecoderStack(nn.Module):
     def prefill_rows(self, pieces: list[torch.Tensor], caches: list[KVCache]) -> list[torch.Tensor]:
         """The next prompt piece of each of several requests with their own caches, in one call:
         pieces[b] [1, T_b, C] at positions caches[b].length.. → each one's normed hidden [1, T_b, C].
-        The pieces are packed into one sequence [1, ΣT, C]: every matmul runs over all its rows at once
-        (batch-invariant: a row's bits do not depend on the call's rows) and each piece attends over its own
-        cache only, so a piece's floats are those of its own `forward`. Eager (prompts are not compiled)."""
+        The pieces are packed into one sequence [1, ΣT, C], each a group of one row (`forward_groups`): every
+        matmul runs over all its rows at once (batch-invariant: a row's bits do not depend on the call's rows)
+        and each piece attends over its own cache only, so a piece's floats are those of its own `forward`.
+        Eager (prompts are not compiled)."""
         sizes = [p.shape[1] for p in pieces]
-        tables = [self.rope.table(c.length, T, pieces[0].device, pieces[0].dtype) for c, T in zip(caches, sizes)]
-        cos, sin = (torch.cat([t[i] for t in tables]) for i in (0, 1))  # [ΣT, D]
-        h = torch.cat(pieces, dim=1)
-        for layer in self.layers:
-            h = layer.prefill_rows(h, cos, sin, caches, sizes)
-        h = self.norm(h)
-        for cache, T in zip(caches, sizes):
-            cache.advance(T)
+        h = self.forward_groups(torch.cat(pieces, dim=1), [(1, T, cache) for T, cache in zip(sizes, caches)])
         return list(h.split(sizes, dim=1))
 
     def forward_groups(self, h: torch.Tensor, groups: list[tuple[int, int, KVCache | None]]) -> torch.Tensor:
         """Groups of rows alike in one call (`Attention.grouped`): h [1, N, C], the groups' rows packed group by
         group; groups: (B_g, T_g, cache or None): B_g rows of T_g new positions each, after their cache's
         positions (none: from position 0) → the normed hidden [1, N, C]; every cache advanced by its T_g."""
-        tables = [(B, T, *self.rope.table(cache.length if cache else 0, T, h.device, h.dtype), cache)
-                  for B, T, cache in groups]
+        tables = [self.rope.table(cache.length if cache else 0, T, h.device, h.dtype) for _, T, cache in groups]
+        cos, sin = (torch.cat([t[i].repeat(B, 1) for t, (B, _, _) in zip(tables, groups)])[:, None]
+                    for i in (0, 1))  # [N, 1, D]: each packed position's
         for layer in self.layers:
-            h = layer.grouped(h, tables)
+            h = layer.grouped(h, cos, sin, groups)
         for _, T, cache in groups:
             if cache is not None:
                 cache.advance(T)

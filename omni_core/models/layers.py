@@ -175,13 +175,9 @@ class Attention(nn.Module):
 
     def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """x [B, T, C] → q [B, H, T, D], k, v [B, KVH, T, D], normed and rotated."""
-        return self.heads(self.qkv_proj(x), cos, sin)
-
-    def heads(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """qkv_proj's output [B, T, (H + 2 KVH) D] → q [B, H, T, D], k, v [B, KVH, T, D], normed and rotated."""
-        B, T, _ = qkv.shape
+        B, T, _ = x.shape
         H = self.sizes[0] // self.head_dim
-        qk, v = qkv.split([self.sizes[0] + self.sizes[1], self.sizes[2]], dim=-1)
+        qk, v = self.qkv_proj(x).split([self.sizes[0] + self.sizes[1], self.sizes[2]], dim=-1)
         # q and k heads side by side: one norm and one rotation for both.
         qk = apply_rope(self._qk_norm(qk.view(B, T, -1, self.head_dim)).transpose(1, 2), cos, sin)
         return qk[:, :H], qk[:, H:], v.view(B, T, -1, self.head_dim).transpose(1, 2)
@@ -225,30 +221,23 @@ class Attention(nn.Module):
             rows.append(self.attend(q[b:b + 1], kb, vb))
         return self.o_proj(torch.cat(rows).transpose(1, 2).reshape(B, 1, -1))
 
-    def prefill_rows(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: list[KVCache],
-                     sizes: list[int], layer: int) -> torch.Tensor:
-        """Several requests' prompt pieces packed into one sequence, each with its own cache: x [1, N, C]
-        (piece b: sizes[b] positions, N their sum), cos/sin [N, D]. Projections run over all N rows; each
-        piece attends over exactly its own past and, causally, itself: the floats of its own `forward`."""
-        q, k, v = self.project(x, cos, sin)  # [1, H, N, D], [1, KVH, N, D]
-        out, at = [], 0
-        for cache, T in zip(caches, sizes):
-            kb, vb = cache.update(layer, k[:, :, at:at + T], v[:, :, at:at + T])
-            out.append(self.attend(q[:, :, at:at + T], kb, vb))
-            at += T
-        return self.o_proj(torch.cat(out, dim=2).transpose(1, 2).reshape(1, at, -1))
-
-    def grouped(self, x: torch.Tensor, groups: list[tuple], layer: int) -> torch.Tensor:
+    def grouped(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, groups: list[tuple],
+                layer: int) -> torch.Tensor:
         """Groups of rows packed into one sequence, each group's rows alike (B_g rows of T_g positions at the
         same positions, one batched cache or none): x [1, N, C] (N = Σ B_g T_g, group by group, row by row);
-        groups: (B_g, T_g, cos [T_g, D], sin, cache or None). The projections run over all N rows at once; each
-        group attends as a batch of its own: the floats of the group's own `forward`."""
-        qkv, out, at = self.qkv_proj(x), [], 0
-        for B, T, cos, sin, cache in groups:
-            q, k, v = self.heads(qkv[0, at:at + B * T].view(B, T, -1), cos, sin)
+        cos, sin [N, 1, D]: each packed position's rotation; groups: (B_g, T_g, cache or None). The projections,
+        the q/k norm and the rotation run over all N rows at once (per row, per element); each group attends
+        as a batch of its own: the floats of the group's own `forward`."""
+        N, H, D = x.shape[1], self.sizes[0] // self.head_dim, self.head_dim
+        qk, v = self.qkv_proj(x).split([self.sizes[0] + self.sizes[1], self.sizes[2]], dim=-1)
+        qk = apply_rope(self._qk_norm(qk.view(1, N, -1, D)), cos, sin)  # [1, N, H + KVH, D]
+        out, at = [], 0
+        for B, T, cache in groups:
+            qk_g = qk[0, at:at + B * T].view(B, T, -1, D).transpose(1, 2)  # [B, H + KVH, T, D]
+            q, k, v_g = qk_g[:, :H], qk_g[:, H:], v[0, at:at + B * T].view(B, T, -1, D).transpose(1, 2)
             if cache is not None:
-                k, v = cache.update(layer, k, v)
-            out.append(self.attend(q, k, v).transpose(1, 2).reshape(1, B * T, -1))
+                k, v_g = cache.update(layer, k, v_g)
+            out.append(self.attend(q, k, v_g).transpose(1, 2).reshape(1, B * T, -1))
             at += B * T
         return self.o_proj(torch.cat(out, dim=1))
 
