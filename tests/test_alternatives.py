@@ -36,15 +36,20 @@ def test_choose_with_alternatives_keeps_chooses_answer():
             assert (top_probs > (logits / 0.7).softmax(-1).topk(5).values).all()
 
 
-def test_mixed_rows_get_what_they_get_alone():
-    logits = torch.randn(3, 100, generator=torch.Generator().manual_seed(2))
-    noise = torch.empty(3, 100).exponential_(generator=torch.Generator().manual_seed(3))
-    mixed = choose_with_alternatives(logits, PREDICTOR_SAMPLING, noise=noise,
-                                     greedy_rows=torch.tensor([True, False, True]))
-    greedy = choose_with_alternatives(logits, SamplingConfig())
-    sampled = choose_with_alternatives(logits, PREDICTOR_SAMPLING, noise=noise)
-    for m, g, s in zip(mixed, greedy, sampled):
-        assert torch.equal(m[0], g[0]) and torch.equal(m[2], g[2]) and torch.equal(m[1], s[1])
+@pytest.mark.parametrize("top_p_of_top_k", [False, True])
+def test_mixed_rows_get_what_they_get_alone(top_p_of_top_k):
+    """Greedy and sampled rows in one call (eager, the sampled rows warped on their own): every output of a row
+    equals its own call's, bit for bit."""
+    cfg = SamplingConfig(do_sample=True, temperature=0.9, top_k=50, top_p=0.8, top_p_of_top_k=top_p_of_top_k)
+    logits = torch.randn(5, 300, generator=torch.Generator().manual_seed(2))
+    noise = torch.empty(5, 300).exponential_(generator=torch.Generator().manual_seed(3))
+    greedy_rows = torch.tensor([True, False, True, False, False])
+    mixed = choose_with_alternatives(logits, cfg, noise=noise, greedy_rows=greedy_rows)
+    for b, greedy in enumerate(greedy_rows.tolist()):
+        alone = choose_with_alternatives(logits[b:b + 1], SamplingConfig() if greedy else cfg,
+                                         noise=None if greedy else noise[b:b + 1])
+        for m, a in zip(mixed, alone):
+            assert torch.equal(m[b:b + 1], a)
 
 
 def test_predictor_alternatives_equal_hf_scores(hf, pipe):

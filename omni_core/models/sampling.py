@@ -111,15 +111,34 @@ def choose_with_alternatives(logits: torch.Tensor, cfg: SamplingConfig, generato
         probs = logits.softmax(dim=-1)
         ids = logits.argmax(dim=-1)
         return (ids, probs.gather(1, ids[:, None])[:, 0], *_top(probs, k))
-    probs = warp(logits, cfg).softmax(dim=-1)
     if noise is None:
-        noise = draw_noise(probs.shape, generator, probs.device)
-    ids = (probs / noise).argmax(dim=-1)
-    if greedy_rows is not None:  # a greedy row's distribution is its softmax, and its id the argmax, as alone
-        probs = torch.where(greedy_rows[:, None], logits.softmax(dim=-1), probs)
-        ids = torch.where(greedy_rows, logits.argmax(dim=-1), ids)
+        noise = draw_noise(logits.shape, generator, logits.device)
+    if greedy_rows is not None and _eager_on_cpu(logits) and greedy_rows.any():
+        ids, probs = _sample_some(logits, cfg, noise, greedy_rows)
+    else:
+        probs = warp(logits, cfg).softmax(dim=-1)
+        ids = (probs / noise).argmax(dim=-1)
+        if greedy_rows is not None:  # a greedy row's distribution is its softmax, and its id the argmax, as alone
+            probs = torch.where(greedy_rows[:, None], logits.softmax(dim=-1), probs)
+            ids = torch.where(greedy_rows, logits.argmax(dim=-1), ids)
     # One top-k for every row, each over its own distribution (a compiled frame's top-k costs ~3 us a row a step)
     return (ids, probs.gather(1, ids[:, None])[:, 0], *_top(probs, k))
+
+
+def _sample_some(logits: torch.Tensor, cfg: SamplingConfig, noise: torch.Tensor, greedy_rows: torch.Tensor):
+    """A batch of greedy and sampled rows, eager: the warp (top-k, top-p: most of a sampled step's choice) runs
+    on the sampled rows only, each row's softmax and draw as in a call of its own → ids [B], probs [B, V]."""
+    sampled = (~greedy_rows).nonzero()[:, 0]
+    probs, ids = logits.softmax(dim=-1), logits.argmax(dim=-1)  # the greedy rows' (the sampled rows' replaced)
+    warped = warp(logits[sampled], cfg).softmax(dim=-1)
+    probs[sampled] = warped
+    ids[sampled] = (warped / noise[sampled]).argmax(dim=-1)
+    return ids, probs
+
+
+def _eager_on_cpu(x: torch.Tensor) -> bool:
+    """Whether rows may be picked by value (a host sync): not in a compiled frame or a CUDA graph's capture."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def _top(probs: torch.Tensor, k: int):
