@@ -253,14 +253,18 @@ def test_a_one_thread_plan_holds_whatever_the_callers_threads(dtype):
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(1024, 3072), (3072, 1024), (64, 192)])
-def test_onednn_gives_f_linears_values_and_where_it_holds_equal_rows(shape):
+def test_onednn_gives_f_linears_values_and_where_it_holds_equal_rows(shape, dtype):
     K, N = shape
-    weight, bias, g = weights(K, N, torch.float32, bias=True)
+    weight, bias, g = weights(K, N, dtype, bias=True)
+    if not onednn.usable(weight):
+        pytest.skip(f"oneDNN has no {dtype} kernels on this CPU")
     packed = onednn.pack(weight)
-    x = torch.randn(70, K, generator=g)
+    x = torch.randn(70, K, generator=g).to(dtype)
     got = linear(x, weight, bias, ONEDNN, packed)
-    torch.testing.assert_close(got, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2  # bfloat16: its rounding of the outputs, ~1e-2 of |y| ~ 1
+    torch.testing.assert_close(got, F.linear(x, weight, bias), rtol=tol, atol=tol)
     assert linear(x[:0], weight, bias, ONEDNN, packed).shape == (0, N)
     assert linear(x.view(7, 10, K), weight, bias, ONEDNN, packed).shape == (7, 10, N)
     if holds(ONEDNN, weight, bias):  # then in blocks of up to 32: any batch, any position

@@ -126,7 +126,7 @@ def report_extras(modules: dict[str, nn.Module], src: Source, dev: torch.device,
     report = ""
     packed = sum(getattr(m, "packed", None) is not None for root in modules.values() for m in root.modules())
     if packed:
-        report += f" · {packed} float32 matmuls through oneDNN (timed faster here: models/onednn.py)"
+        report += f" · {packed} matmuls through oneDNN (timed faster here: models/onednn.py)"
     if quantize:
         count = sum(isinstance(m, quant.QUANTIZED) for root in modules.values() for m in root.modules())
         report += f" · {quantize} weights: {count} matmuls, {saved / 1e9:.2f} GB less (the codec and embeddings in {str(dt).removeprefix('torch.')})"

@@ -27,7 +27,7 @@ class Kernel(enum.Enum):
     """What runs a plan's blocks."""
     ATEN = "aten"  # F.linear
     SERIAL = "serial"  # F.linear on one thread: a small GEMM costs its call, and more threads wake the team
-    ONEDNN = "onednn"  # float32 through oneDNN with the weight packed once (onednn.py)
+    ONEDNN = "onednn"  # through oneDNN with the weight packed once (onednn.py)
 
 
 class Plan(NamedTuple):

@@ -1,7 +1,8 @@
-"""float32 matmuls through oneDNN with the weight packed once: batch-invariant rows without padding.
+"""float32 and bfloat16 matmuls through oneDNN with the weight packed once: batch-invariant rows without padding.
 
 MKL's float32 GEMM, which F.linear calls on a CPU, runs a row through other kernels by the number of
-rows in the call, and on some CPUs is slow for a few rows. oneDNN's inner-product primitive with its
+rows in the call, and on some CPUs is slow for a few rows. F.linear in bfloat16 is oneDNN's already, but
+hands it a plain weight, which it reorders into its blocked layout on every call. oneDNN's inner-product primitive with its
 weight packed once for a BATCH_HINT-row batch (`torch.ops.mkldnn._reorder_linear_weight`, what
 inductor's frozen graphs call) can give every row the same bits in every call without padding a lone
 row, and run a few rows at once much faster (the CPUs measured: BENCHMARKS.md, "Batch invariance").
@@ -23,9 +24,9 @@ MAX_BYTES = 256 * 2**20
 
 
 def usable(weight: torch.Tensor) -> bool:
-    """float32 on a CPU with oneDNN, up to MAX_BYTES: what this path serves (bfloat16's F.linear is oneDNN
-    already)."""
-    return (weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+    """float32, or bfloat16 where oneDNN has bfloat16 kernels for this CPU, on a CPU with oneDNN, up to MAX_BYTES."""
+    dtypes = (torch.float32, torch.bfloat16) if torch.ops.mkldnn._is_mkldnn_bf16_supported() else (torch.float32,)
+    return (weight.device.type == "cpu" and weight.dtype in dtypes and torch.backends.mkldnn.is_available()
             and weight.numel() * weight.element_size() <= MAX_BYTES)
 
 

@@ -3,12 +3,14 @@ kernels where speed decides (timing.py).
 
 What each kind of weight ends up with, and why:
 
-  float32, large  the run's plan or ONEDNN, whichever is timed faster (MKL pads a lone row into a
-                  few-row GEMM, which some CPUs make expensive; oneDNN needs no padding)
+  large           the run's plan or ONEDNN, whichever is timed faster. float32: MKL pads a lone row into a
+                  few-row GEMM, which some CPUs make expensive; oneDNN needs no padding. bfloat16 (where
+                  oneDNN has its kernels): F.linear reorders the plain weight on every call, the packed
+                  copy is read as it lies
   small, CPU      the run's plan, or the same on one thread (Kernel.SERIAL, which holds whatever the
                   engine's threads), whichever is timed faster: a small GEMM costs its call, not its
                   arithmetic, and on more threads each call wakes the OpenMP team
-  bfloat16        pad 1 / chunk 32 where 1-32 rows are one kernel; else the run, a lone row padded into it
+  bfloat16, small pad 1 / chunk 32 where 1-32 rows are one kernel; else the run, a lone row padded into it
                   (where a step reads its weights from memory, rows beside a lone one cost almost nothing)
   otherwise       SAFE (every row in the 16-32 row kernel) if it holds, or ROWWISE (a 1-output gate)
 
@@ -34,8 +36,9 @@ ATEN_ONLY = frozenset({Kernel.ATEN})
 NO_PACKING = frozenset({Kernel.ATEN, Kernel.SERIAL})
 ALL_KERNELS = frozenset(Kernel)
 TIMED_BYTES = 4 * 2**20  # weights this large choose their plan by timing: the kernel, not the calls, costs there
-RULE = 13  # the way plans are chosen; a change of it makes every machine choose its plans again (store.py). 13: a
-# plan whose run reaches 32 rows is checked on to 64 and then cuts calls there (probe.widened)
+RULE = 14  # the way plans are chosen; a change of it makes every machine choose its plans again (store.py). 13: a
+# plan whose run reaches 32 rows is checked on to 64 and then cuts calls there (probe.widened); 14: a large
+# bfloat16 weight may take ONEDNN
 
 Key = tuple  # (shape, dtype, device type, bias?, kernels): what a plan depends on besides the machine
 
@@ -68,7 +71,7 @@ def _choose(weight: torch.Tensor, bias: torch.Tensor | None, kernels: frozenset[
 
 def _fastest_holding(weight: torch.Tensor, bias: torch.Tensor | None, kernels: frozenset[Kernel]) -> Plan:
     """The first plan that holds; then, where others hold too (a small weight's one-thread plan, a
-    large float32 weight's ONEDNN), the fastest of them."""
+    large weight's ONEDNN), the fastest of them."""
     large = timed(weight)
     others, packed = [], None
     if not large and Kernel.SERIAL in kernels and weight.device.type == "cpu":
