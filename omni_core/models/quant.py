@@ -145,17 +145,18 @@ def measured_gain(stack: nn.Module, repeats: int = 3) -> float | None:
     import statistics
     import time
 
-    found = [m.down_proj.weight for m in stack.modules() if isinstance(getattr(m, "down_proj", None), Linear)]
+    found = [m.down_proj for m in stack.modules() if isinstance(getattr(m, "down_proj", None), Linear)]
     if not found:
         return None
-    shape = max({w.shape for w in found}, key=lambda sh: sum(w.numel() for w in found if w.shape == sh))
-    weights = [w for w in found if w.shape == shape]  # the talker's layers (the predictor's are narrower in 1.7B)
+    shape = max({m.weight.shape for m in found}, key=lambda sh: sum(m.weight.numel() for m in found if m.weight.shape == sh))
+    layers = [m for m in found if m.weight.shape == shape]  # the talker's layers (the predictor's are narrower in 1.7B)
+    weights = [m.weight for m in layers]
     if sum(w.numel() * w.element_size() for w in weights) < 64 * 2**20 or weights[0].device.type != "cpu":
         return None
     packed = [quantize_weight(w) for w in weights]
     x = torch.randn(1, weights[0].shape[1]).to(weights[0].dtype)
     xb = x.to(torch.bfloat16)
-    sweeps = {"float": lambda: [torch.nn.functional.linear(x, w) for w in weights],
+    sweeps = {"float": lambda: [m(x) for m in layers],  # as loaded: through each matmul's plan
               "int8": lambda: [torch.ops.aten._weight_int8pack_mm(xb, q, s) for q, s in packed]}
     times = {name: [] for name in sweeps}
     with torch.no_grad():
