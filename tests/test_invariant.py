@@ -126,6 +126,20 @@ def test_only_the_plan_kept_is_checked_on_33_to_64_rows(monkeypatch):
     assert choose(large, None, {}) == ONEDNN and widened == [ONEDNN]
 
 
+def test_timings_read_each_weight_from_memory_over_a_sweep_of_copies():
+    """`timing.timings` times a large weight as a model step reads its layers: over copies that together fill twice
+    the last-level cache (one copy of a weight that large itself), each plan's 1-row and 8-row call per copy."""
+    weight, _, _ = weights(1024, 1024, torch.float32)  # 4 MB
+    size = weight.numel() * weight.element_size()
+    n = timing._copies(weight)
+    assert n * size >= timing.cache_bytes() > (n - 1) * size
+    assert timing._copies(torch.empty(timing.cache_bytes() // 4 + 1)) == 1
+    before = weight.clone()
+    times = timing.timings([Plan(2, 32), SAFE], weight, repeats=1)
+    assert set(times) == {Plan(2, 32), SAFE}
+    assert all(0 < t < 1 for pair in times.values() for t in pair) and torch.equal(weight, before)
+
+
 def test_a_gate_with_one_output_where_no_gemm_run_holds_sums_row_by_row():
     """The talker's 1-output shared-expert gate at the real width: its matrix-vector kernel depends on
     the row count, and the old pad-16 rule did not hold there either."""

@@ -206,3 +206,14 @@ def test_no_onednn_plans_where_their_packed_copies_would_not_fit(monkeypatch):
     assert plans.room_to_pack([big], CPU)
     monkeypatch.setattr(memory, "free_bytes", lambda device: 16 * 2**20)  # 12 MB + half of it does not fit
     assert not plans.room_to_pack([big], CPU)
+
+
+def test_bfloat16_weights_count_where_onednn_may_pack_them(monkeypatch):
+    """A large bfloat16 weight may take oneDNN where oneDNN has bfloat16 kernels (plan rule 14): its packed copy
+    counts in the room check there, and nowhere else."""
+    from omni_core.loading import memory
+    from omni_core.models import onednn
+
+    big = invariant.Linear(1024, 3072, bias=False).to(torch.bfloat16)  # 6 MB
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 8 * 2**20)  # 6 MB + half of it does not fit
+    assert plans.room_to_pack([big], CPU) == (not onednn.usable(big.weight))

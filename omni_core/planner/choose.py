@@ -38,7 +38,7 @@ ALL_KERNELS = frozenset(Kernel)
 TIMED_BYTES = 4 * 2**20  # weights this large choose their plan by timing: the kernel, not the calls, costs there
 RULE = 14  # the way plans are chosen; a change of it makes every machine choose its plans again (store.py). 13: a
 # plan whose run reaches 32 rows is checked on to 64 and then cuts calls there (probe.widened); 14: a large
-# bfloat16 weight may take ONEDNN
+# bfloat16 weight may take ONEDNN, and plans are timed over a sweep of copies of the weight (timing.timings)
 
 Key = tuple  # (shape, dtype, device type, bias?, kernels): what a plan depends on besides the machine
 

@@ -31,29 +31,38 @@ def fastest(plans: list[Plan], times: dict[Plan, tuple[float, float]]) -> Plan:
 def timings(plans: list[Plan], weight: torch.Tensor, bias: torch.Tensor | None = None,
             repeats: int = 7, packed: torch.Tensor | None = None, evict: bool = True) -> dict[Plan, tuple[float, float]]:
     """{plan: (median seconds of a 1-row call, of an 8-row call)}, the plans interleaved in each round.
-    evict: each call timed with the weight out of the CPU's caches, as a step of a model larger than the
-    cache meets it (a weight timed hot from the cache favours other kernels than the engine does); a
-    small model's weights stay cached."""
+    evict: each call timed with its weight read from memory, as a step of a model larger than the cache reads
+    its layers: a sweep over distinct copies of the weight that together fill twice the CPU's last-level cache,
+    timed whole, per copy. (A weight timed hot from the cache favours other kernels than the engine does; one
+    call timed just after the cache was flushed by writes measured the flush's aftermath more than the kernel:
+    MKL's bfloat16 call looked as fast as oneDNN's packed one there, and ran at a third of its speed in the
+    engine.) A small model's weights stay cached."""
     x = torch.randn(8, weight.shape[1], device=weight.device).to(weight.dtype)
-    if packed is None and any(p.kernel is Kernel.ONEDNN for p in plans):
-        packed = onednn.pack(weight)
-    evict = torch.empty(cache_bytes() // 4, dtype=torch.float32) if evict and weight.device.type == "cpu" else None
+    cold = evict and weight.device.type == "cpu"
+    copies = [weight] + [weight.clone() for _ in range(_copies(weight) - 1)] if cold else [weight]
+    onednn_plan = any(p.kernel is Kernel.ONEDNN for p in plans)
+    packs = [packed if i == 0 and packed is not None else onednn.pack(w) if onednn_plan else None
+             for i, w in enumerate(copies)]
     times: dict[tuple, list[float]] = {(p, n): [] for p in plans for n in (1, 8)}
     with torch.no_grad():
         for round_ in range(repeats + 1):  # the first round warms up
             for p in plans:
                 for n in (1, 8):
-                    if evict is not None:
-                        evict.fill_(round_)  # writes twice the last-level cache: the weight is read from memory
                     if weight.is_cuda:
                         torch.cuda.synchronize()
                     start = time.perf_counter()
-                    linear(x[:n], weight, bias, p, packed)
+                    for w, pw in zip(copies, packs):
+                        linear(x[:n], w, bias, p, pw)
                     if weight.is_cuda:
                         torch.cuda.synchronize()
                     if round_:
-                        times[p, n].append(time.perf_counter() - start)
+                        times[p, n].append((time.perf_counter() - start) / len(copies))
     return {p: (statistics.median(times[p, 1]), statistics.median(times[p, 8])) for p in plans}
+
+
+def _copies(weight: torch.Tensor) -> int:
+    """How many copies of `weight` fill twice the last-level cache (one, for a weight that large itself)."""
+    return max(1, -(-cache_bytes() // (weight.numel() * weight.element_size())))
 
 
 def cache_bytes() -> int:
