@@ -2,10 +2,11 @@
 
 MKL's float32 GEMM, which F.linear calls on a CPU, runs a row through other kernels by the number of
 rows in the call, and on some CPUs is slow for a few rows. F.linear in bfloat16 is oneDNN's already, but
-hands it a plain weight, which it reorders into its blocked layout on every call. oneDNN's inner-product primitive with its
-weight packed once for a BATCH_HINT-row batch (`torch.ops.mkldnn._reorder_linear_weight`, what
-inductor's frozen graphs call) can give every row the same bits in every call without padding a lone
-row, and run a few rows at once much faster (the CPUs measured: BENCHMARKS.md, "Batch invariance").
+hands it a plain weight, which it reorders into its blocked layout on every call. oneDNN's inner-product
+primitive with its weight packed once for a BATCH_HINT-row batch (`torch.ops.mkldnn._reorder_linear_weight`,
+what inductor's frozen graphs call) can give every row the same bits in every call without padding a lone
+row, and run a few rows at once much faster; in bfloat16 it skips the reorder (the CPUs measured:
+BENCHMARKS.md, "Batch invariance").
 
 Whether it holds on a given CPU is still probed like every plan (planner/probe.py), and it is only
 taken where it is timed faster (planner/timing.py). The packed copy lives beside the plain weight

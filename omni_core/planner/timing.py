@@ -34,9 +34,8 @@ def timings(plans: list[Plan], weight: torch.Tensor, bias: torch.Tensor | None =
     evict: each call timed with its weight read from memory, as a step of a model larger than the cache reads
     its layers: a sweep over distinct copies of the weight that together fill twice the CPU's last-level cache,
     timed whole, per copy. (A weight timed hot from the cache favours other kernels than the engine does; one
-    call timed just after the cache was flushed by writes measured the flush's aftermath more than the kernel:
-    MKL's bfloat16 call looked as fast as oneDNN's packed one there, and ran at a third of its speed in the
-    engine.) A small model's weights stay cached."""
+    call timed just after flushing the cache with writes timed the flush's aftermath too, and ranked MKL's and
+    oneDNN's bfloat16 calls by chance: BENCHMARKS.md, "Batch invariance".) A small model's weights stay cached."""
     x = torch.randn(8, weight.shape[1], device=weight.device).to(weight.dtype)
     cold = evict and weight.device.type == "cpu"
     copies = [weight] + [weight.clone() for _ in range(_copies(weight) - 1)] if cold else [weight]
