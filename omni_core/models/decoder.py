@@ -101,8 +101,8 @@ class DecoderStack(nn.Module):
         group; groups: (B_g, T_g, cache or None): B_g rows of T_g new positions each, after their cache's
         positions (none: from position 0) → the normed hidden [1, N, C]; every cache advanced by its T_g."""
         tables = [self.rope.table(cache.length if cache else 0, T, h.device, h.dtype) for _, T, cache in groups]
-        cos, sin = (torch.cat([t[i].expand(B, -1, -1).flatten(0, 1) for t, (B, _, _) in zip(tables, groups)])[:, None]
-                    for i in (0, 1))  # [N, 1, D]: each packed position's
+        cos, sin = (torch.cat([t[i].expand(B, -1, -1).flatten(0, 1) for t, (B, _, _) in zip(tables, groups)])
+                    [:, None] for i in (0, 1))  # [N, 1, D]: each packed position's
         for layer in self.layers:
             h = layer.grouped(h, cos, sin, groups)
         for _, T, cache in groups:

@@ -173,14 +173,19 @@ class Attention(nn.Module):
         weight = torch.cat([self.q_norm.weight.expand(H, -1), self.k_norm.weight.expand(KVH, -1)])
         return rms_norm(qk, weight, self.q_norm.eps)
 
+    def heads(self, x: torch.Tensor):
+        """x [B, T, C] → the q and k heads side by side [B, T, H + KVH, D], normed (one norm for both, and
+        one rotation after it), and v [B, T, KVH, D]."""
+        B, T, _ = x.shape
+        qk, v = self.qkv_proj(x).split([self.sizes[0] + self.sizes[1], self.sizes[2]], dim=-1)
+        return self._qk_norm(qk.view(B, T, -1, self.head_dim)), v.view(B, T, -1, self.head_dim)
+
     def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """x [B, T, C] → q [B, H, T, D], k, v [B, KVH, T, D], normed and rotated."""
-        B, T, _ = x.shape
+        qk, v = self.heads(x)
+        qk = apply_rope(qk.transpose(1, 2), cos, sin)
         H = self.sizes[0] // self.head_dim
-        qk, v = self.qkv_proj(x).split([self.sizes[0] + self.sizes[1], self.sizes[2]], dim=-1)
-        # q and k heads side by side: one norm and one rotation for both.
-        qk = apply_rope(self._qk_norm(qk.view(B, T, -1, self.head_dim)).transpose(1, 2), cos, sin)
-        return qk[:, :H], qk[:, H:], v.view(B, T, -1, self.head_dim).transpose(1, 2)
+        return qk[:, :H], qk[:, H:], v.transpose(1, 2)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None):
         """q [B, H, T, D] over k, v [B, KVH, L, D] (the new positions are the last T of L) → [B, H, T, D]."""
@@ -228,9 +233,9 @@ class Attention(nn.Module):
         cos, sin [N, 1, D]: each packed position's rotation; groups: (B_g, T_g, cache or None). The projections,
         the q/k norm and the rotation run over all N rows at once (per row, per element); each group attends
         as a batch of its own: the floats of the group's own `forward`."""
-        N, H, D = x.shape[1], self.sizes[0] // self.head_dim, self.head_dim
-        qk, v = self.qkv_proj(x).split([self.sizes[0] + self.sizes[1], self.sizes[2]], dim=-1)
-        qk = apply_rope(self._qk_norm(qk.view(1, N, -1, D)), cos, sin)  # [1, N, H + KVH, D]
+        H, D = self.sizes[0] // self.head_dim, self.head_dim
+        qk, v = self.heads(x)
+        qk = apply_rope(qk, cos, sin)  # [1, N, H + KVH, D]
         out, at = [], 0
         for B, T, cache in groups:
             qk_g = qk[0, at:at + B * T].view(B, T, -1, D).transpose(1, 2)  # [B, H + KVH, T, D]

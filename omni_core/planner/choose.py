@@ -60,8 +60,13 @@ def choose(weight: torch.Tensor, bias: torch.Tensor | None, chosen: dict[Key, Pl
 
 
 def timed(weight: torch.Tensor) -> bool:
-    """A weight of TIMED_BYTES or more: its plan is chosen by timing against ONEDNN."""
+    """A weight of TIMED_BYTES or more: its plan is chosen by timing."""
     return weight.numel() * weight.element_size() >= TIMED_BYTES
+
+
+def may_pack(weight: torch.Tensor) -> bool:
+    """A weight whose plan may be ONEDNN (where the kernels allow it): timed, and one oneDNN takes."""
+    return timed(weight) and onednn.usable(weight)
 
 
 def _choose(weight: torch.Tensor, bias: torch.Tensor | None, kernels: frozenset[Kernel]) -> Plan:
@@ -84,7 +89,7 @@ def _fastest_holding(weight: torch.Tensor, bias: torch.Tensor | None, kernels: f
     if plan == ROWWISE:
         return plan
     if large:
-        packed = onednn.pack(weight) if Kernel.ONEDNN in kernels and onednn.usable(weight) else None
+        packed = onednn.pack(weight) if Kernel.ONEDNN in kernels and may_pack(weight) else None
         if packed is not None and probe.holds(ONEDNN, weight, bias, packed=packed):
             others.append(ONEDNN)
     if not others:

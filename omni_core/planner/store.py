@@ -23,8 +23,8 @@ import torch
 from omni_core.cache import cache_dir, locked, machine
 from omni_core.loading import memory
 from omni_core.models.invariant import Kernel, Linear, Plan
-from omni_core.models import onednn
-from omni_core.planner.choose import ALL_KERNELS, ATEN_ONLY, NO_PACKING, RULE, Key, Unplanned, plan_linears, timed
+from omni_core.planner.choose import (ALL_KERNELS, ATEN_ONLY, NO_PACKING, RULE, Key, Unplanned, may_pack,
+                                     plan_linears)
 
 PACK_HEADROOM = 0.5  # of the packed bytes, left free after packing (the requests' caches, the page)
 
@@ -58,11 +58,10 @@ def plan_modules(modules, device: torch.device, fast_kernels: bool = True) -> di
 
 
 def room_to_pack(modules, device: torch.device) -> bool:
-    """Whether a packed copy of every Linear weight that oneDNN may take (`onednn.usable`, TIMED_BYTES or more)
-    fits in the memory free now, with PACK_HEADROOM of the total left over (oneDNN plans keep one beside the
-    plain weight)."""
+    """Whether a packed copy of every Linear weight that oneDNN may take (`choose.may_pack`) fits in the memory
+    free now, with PACK_HEADROOM of the total left over (oneDNN plans keep one beside the plain weight)."""
     sizes = [m.weight.numel() * m.weight.element_size() for root in modules for m in root.modules()
-             if isinstance(m, Linear) and timed(m.weight) and onednn.usable(m.weight)]
+             if isinstance(m, Linear) and may_pack(m.weight)]
     free = memory.free_bytes(device)
     return free is None or sum(sizes) * (1 + PACK_HEADROOM) <= free
 

@@ -39,9 +39,9 @@ def timings(plans: list[Plan], weight: torch.Tensor, bias: torch.Tensor | None =
     x = torch.randn(8, weight.shape[1], device=weight.device).to(weight.dtype)
     cold = evict and weight.device.type == "cpu"
     copies = [weight] + [weight.clone() for _ in range(_copies(weight) - 1)] if cold else [weight]
-    onednn_plan = any(p.kernel is Kernel.ONEDNN for p in plans)
-    packs = [packed if i == 0 and packed is not None else onednn.pack(w) if onednn_plan else None
-             for i, w in enumerate(copies)]
+    packs = [None] * len(copies)
+    if any(p.kernel is Kernel.ONEDNN for p in plans):  # each copy's own packed copy (the caller's for the first)
+        packs = [packed if packed is not None else onednn.pack(weight)] + [onednn.pack(w) for w in copies[1:]]
     times: dict[tuple, list[float]] = {(p, n): [] for p in plans for n in (1, 8)}
     with torch.no_grad():
         for round_ in range(repeats + 1):  # the first round warms up
