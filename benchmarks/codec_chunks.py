@@ -8,15 +8,16 @@ F.conv_transpose1d.
 
 --engine N: instead, the engine serving N requests at once (the page's mix, --frames each, 24 by default) in
 the dtype, rounds alternating packed and plain in one process (`--compare keep`: packed.KEEP 4 and today's, a
-lone request timed too): the codec's ms per engine step (benchmarks.stages' timer of output.decode), the last
-first audio, the aggregate frames/s.
+lone request timed too; `--compare batched`: the codec batched and row by row, codec/backend.py, a lone request
+timed too): the codec's ms per engine step (benchmarks.stages' timer of output.decode), the last first audio,
+the aggregate frames/s. `--model tiny` runs it on the tiny model.
 
 --streams: instead, streams one after another in one process, as a long-running engine's codec meets them, each
 in the engine's chunks of a 60-frame request (1, 2, 4, 8, ..., then the rest), with packed.KEEP (the packed
 lengths kept per weight) at 4 and at its value, alternating: each way from no packed copies, a first stream, then
 the one timed: ms per chunk, median over the rounds.
 
-    .venv/bin/python -m benchmarks.codec_chunks [--dtypes float32 bfloat16] [--repeats 9] [--engine 8 [--frames 24] [--compare pack|keep] | --streams]
+    .venv/bin/python -m benchmarks.codec_chunks [--dtypes float32 bfloat16] [--repeats 9] [--engine 8 [--frames 24] [--compare pack|keep|batched] [--model tiny] | --streams]
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ import torch
 
 from benchmarks.bench import machine
 from omni_core import load_pipeline
-from omni_core.codec import packed
+from omni_core.codec import backend, packed
 from omni_core.codec.streaming import StreamingDecoder
 
 CHUNKS = (1, 2, 4, 8)
+MODEL = "random:qwen3-tts-0.6b"
 
 
 @contextlib.contextmanager
@@ -58,6 +60,17 @@ def packing(on: bool):
         yield
     finally:
         packed.PACK_NUMEL = saved
+
+
+@contextlib.contextmanager
+def batched(codec, on: bool):
+    """Within: the codec batched (on) or row by row (backend.use_batched); as it was after."""
+    was = backend.runs_batched(codec)
+    backend.use_batched(codec, on)
+    try:
+        yield
+    finally:
+        backend.use_batched(codec, was)
 
 
 def decode_chunk(codec, codes: torch.Tensor, pack: bool) -> tuple[torch.Tensor, float]:
@@ -94,18 +107,20 @@ def bench_dtype(dtype: str, repeats: int) -> dict:
     return out
 
 
-def bench_engine(dtype: str, n: int, rounds: int, frames: int = 24, compare: str = "pack") -> dict:
+def bench_engine(dtype: str, n: int, rounds: int, frames: int = 24, compare: str = "pack", model: str = MODEL) -> dict:
     """N at once through the engine, rounds alternating two ways (the order flipped each round): compare "pack",
     packed and plain; "keep", packed.KEEP 4 and today's, each from no copies and after a first round of its own
-    (a long-running engine), the lone request (`page_mix`'s first) before the N."""
+    (a long-running engine), the lone request (`page_mix`'s first) before the N; "batched", the codec batched
+    and row by row, the lone request before the N."""
     from benchmarks.bench import page_mix, run_concurrently
     from benchmarks.stages import install
     from omni_core.engine.threads import rest_engines
 
     timers = install()
-    pipe = load_pipeline("random:qwen3-tts-0.6b", device="cpu", dtype=dtype, max_batch=n, max_waiting=n)
+    pipe = load_pipeline(model, device="cpu", dtype=dtype, max_batch=n, max_waiting=n)
     ways = ({"packed": lambda: packing(True), "plain": lambda: packing(False)} if compare == "pack" else
-            {f"KEEP {k}": functools.partial(keeping, k) for k in (4, packed.KEEP)})
+            {"batched": lambda: batched(pipe.code2wav, True), "rows": lambda: batched(pipe.code2wav, False)}
+            if compare == "batched" else {f"KEEP {k}": functools.partial(keeping, k) for k in (4, packed.KEEP)})
     names = list(ways)
     out = {name: [] for name in names}
     try:
@@ -117,13 +132,14 @@ def bench_engine(dtype: str, n: int, rounds: int, frames: int = 24, compare: str
                 with ways[name]():
                     if compare == "keep":  # from no copies: a first request meets every length
                         run_concurrently(pipe, page_mix(1, frames))
+                    if compare != "pack":
                         one = run_concurrently(pipe, page_mix(1, frames))
                     timers.clear()
                     rest_engines()
                     run = run_concurrently(pipe, page_mix(n, frames))
                 row = {"codec_ms_per_step": 1000 * timers.seconds["decode"] / max(timers.calls["step"], 1),
                        "last_first_audio_s": max(run["first_audio_s"]), "frames_per_s": run["frames_per_s"]}
-                if compare == "keep":
+                if compare != "pack":
                     row.update(one_first_audio_s=one["first_audio_s"][0], one_frames_per_s=one["frames_per_s"])
                 out[name].append(row)
                 print(f"  {dtype} {n} at once, {name}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()), flush=True)
@@ -177,14 +193,14 @@ def bench_streams(dtype: str, repeats: int, frames: int = 60) -> dict:
 
 
 def main(dtypes=("float32", "bfloat16"), repeats: int = 9, engine: int | None = None, streams: bool = False,
-         frames: int = 24, compare: str = "pack") -> dict:
+         frames: int = 24, compare: str = "pack", model: str = MODEL) -> dict:
     results = {"machine": machine(), "threads": torch.get_num_threads()}
     print(results["machine"], flush=True)
     for dtype in dtypes:
         if streams:
             results[dtype] = bench_streams(dtype, repeats)
             continue
-        results[dtype] = (bench_engine(dtype, engine, repeats, frames, compare) if engine else
+        results[dtype] = (bench_engine(dtype, engine, repeats, frames, compare, model) if engine else
                           bench_dtype(dtype, repeats))
         if engine:
             print(f"{dtype}, medians: {results[dtype]}", flush=True)
@@ -198,7 +214,8 @@ if __name__ == "__main__":
     parser.add_argument("--engine", type=int, default=None, help="N requests at once through the engine instead")
     parser.add_argument("--streams", action="store_true", help="streams one after another, KEEP 4 and today's")
     parser.add_argument("--frames", type=int, default=24, help="--engine: frames per request")
-    parser.add_argument("--compare", default="pack", choices=["pack", "keep"],
-                        help="--engine: packed against plain, or KEEP 4 against today's")
+    parser.add_argument("--compare", default="pack", choices=["pack", "keep", "batched"],
+                        help="--engine: packed against plain, KEEP 4 against today's, or batched against row by row")
+    parser.add_argument("--model", default=MODEL, help="--engine: the model (tiny: the embedded one)")
     args = parser.parse_args()
-    main(args.dtypes, args.repeats, args.engine, args.streams, args.frames, args.compare)
+    main(args.dtypes, args.repeats, args.engine, args.streams, args.frames, args.compare, args.model)

@@ -54,22 +54,33 @@ def test_codec_eos_is_blocked_for_the_first_two_frames():
     assert np.array_equal(mask0.numpy(), mask2.numpy() | (np.arange(len(mask0)) == eos))
 
 
-def test_short_chunks_decode_together_and_long_ones_stream_by_stream(monkeypatch):
-    """Chunks of up to TTSCodec.TOGETHER_FRAMES frames of rows at one stream position decode in one codec call
-    (faster at the real widths), longer ones one stream at a time (faster there too); each row as alone."""
+@pytest.mark.parametrize("batched", [True, False])
+def test_short_chunks_decode_together_and_long_ones_stream_by_stream(monkeypatch, batched):
+    """Row by row (codec/backend.py), chunks of up to TTSCodec.TOGETHER_FRAMES frames of rows at one stream position
+    decode in one codec call (faster at the real widths), longer ones one stream at a time (faster there too);
+    batched, every chunk in one call. Each row as alone."""
+    from omni_core.codec import backend
     from omni_core.engine import codec_stream
 
     calls, real = [], codec_stream.push_together
     monkeypatch.setattr(codec_stream, "push_together",
                         lambda decoders, chunks: calls.append((len(decoders), chunks[0].shape[2])) or real(decoders, chunks))
     pipe = our_tts("custom_voice", exact=False)
-    requests = [SpeechRequest(text, speaker="vivian", max_frames=15) for text in ("One.", "Two words.", "Three more.")]
-    solo = [pipe.generate(r) for r in requests]
-    calls.clear()
-    together = [collect(s) for s in pipe.stream_together(requests)]
+    assert backend.runs_batched(pipe.code2wav)  # the default mode's, where it holds (it does here)
+    backend.use_batched(pipe.code2wav, batched)
+    try:
+        requests = [SpeechRequest(text, speaker="vivian", max_frames=15) for text in ("One.", "Two words.", "Three more.")]
+        solo = [pipe.generate(r) for r in requests]
+        calls.clear()
+        together = [collect(s) for s in pipe.stream_together(requests)]
+    finally:
+        backend.use_batched(pipe.code2wav, True)
     for got, want in zip(together, solo):
         assert_same(got, want)
     lengths = [r.codes.shape[0] for r in together]
     assert min(lengths) >= 7, lengths  # the rows reached their 4-frame chunks together
-    assert (3, 1) in calls and (3, 2) in calls and (1, 4) in calls
+    assert (3, 1) in calls and (3, 2) in calls and ((3, 4) if batched else (1, 4)) in calls
+    if batched:
+        assert all(rows == 3 for rows, frames in calls if frames), calls
+        return
     assert all(rows == 1 for rows, frames in calls if frames > pipe.model.code2wav.TOGETHER_FRAMES)

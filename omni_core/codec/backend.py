@@ -6,11 +6,25 @@ SnakeBeta, ConvNeXt blocks, the upsampling stages and the decoder (`synthesize`:
               upsample_rates; SnakeBeta; conv to 1 channel                      [B, 1, S]
 
 Everything is causal: every module takes an optional `state` (a `CodecState`, state.py) carrying its
-left context between chunks; `state=None` decodes a whole utterance. Convolutions run row by row
-(`row_by_row`) so a stream decoded beside others gets its own decode's bits.
+left context between chunks; `state=None` decodes a whole utterance.
+
+A batch of streams (the engine decodes equal chunks together) must give each stream its own decode's bits.
+Two ways (`batched`, set for a whole codec by `use_batched`, decided at load by codec/batching.py):
+- row by row (`row_by_row`, the default and exact mode's): each row's convolutions and matmuls are calls of
+  their own, the kernels the official code calls for one stream;
+- batched: every convolution, the 1x1 ones and the transposed ones included, is one call of oneDNN's forward
+  convolution over the whole batch (`convolve`). It computes each row as it would alone, on the machines
+  probed (codec/batching.py checks it at load, else the codec stays row by row); F.conv1d cannot be used,
+  as it sends a lone small input to another kernel than a batch. A transposed convolution runs as a regular
+  one over its stride's phases (`CausalTransConvNet.phases`): oneDNN's transposed kernel rounded some rows
+  of a batch otherwise than alone. The sums run in another order than the official kernels': the audio is
+  within rounding of theirs, not bit for bit.
 """
 
 from __future__ import annotations
+
+import threading
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +33,33 @@ from torch import nn
 from omni_core.models.config import CodecConfig
 from omni_core.codec import packed
 from omni_core.codec.state import CodecState
+
+
+_phases: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # transposed conv → (weight key, its phases' Conv1d):
+# not on the module, so its state_dict and checkpoint loading see the checkpoint's parameters only
+_lock = threading.Lock()
+
+
+def use_batched(codec: nn.Module, on: bool) -> None:
+    """Every module of `codec` that has the choice (a class attribute `batched`) batched (one oneDNN call for the
+    whole batch) or row by row."""
+    for module in codec.modules():
+        if hasattr(type(module), "batched"):
+            module.batched = on
+
+
+def runs_batched(codec: nn.Module) -> bool:
+    """Whether `codec` runs a batch of streams batched (`use_batched`)."""
+    return any(getattr(module, "batched", False) for module in codec.modules())
+
+
+def convolve(conv: nn.Conv1d, x: torch.Tensor, batched: bool) -> torch.Tensor:
+    """conv(x) for x [B, C_in, T] (conv unpadded, stride 1): batched, one oneDNN forward convolution for the whole
+    batch (a large weight packed: packed.py); else each row alone (`row_by_row`)."""
+    if not batched:
+        return row_by_row(lambda row: packed.conv(conv, row), x)
+    return packed.conv(conv, x, lambda x: torch.ops.aten.mkldnn_convolution(
+        x, conv.weight, conv.bias, [0], [1], list(conv.dilation), conv.groups))
 
 
 def row_by_row(fn, x: torch.Tensor) -> torch.Tensor:
@@ -34,6 +75,8 @@ def row_by_row(fn, x: torch.Tensor) -> torch.Tensor:
 class CausalConvNet(nn.Module):
     """Conv1d (stride 1) padded on the left only: output t sees inputs t - context .. t."""
 
+    batched = False  # a batch of streams in one oneDNN call (module docstring)
+
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int = 1, groups: int = 1):
         super().__init__()
         self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
@@ -47,7 +90,7 @@ class CausalConvNet(nn.Module):
             x = F.pad(x, (self.context, 0))
         else:  # the previous chunk's last inputs (zeros at the start) replace the padding
             x = state.prepend(self, x, self.context, zeros_first=True)
-        return row_by_row(lambda row: packed.conv(self.conv, row), x)  # a large weight runs packed (packed.py)
+        return convolve(self.conv, x, self.batched)
 
     def _pointwise(self, x: torch.Tensor) -> torch.Tensor:
         """The kernel-1 conv as [C_out, C_in] @ [B, C_in, T]: the same sums, and 3-7x faster than
@@ -75,6 +118,8 @@ class CausalTransConvNet(nn.Module):
         self.trim = kernel_size - stride
         self.overlap = kernel_size // stride - 1  # m: inputs an output shares with the next input
 
+    batched = False  # a batch of streams in one oneDNN call (module docstring)
+
     def output_length(self, length: int) -> int:
         return (length - self.overlap) * self.stride if self.trim_left else length * self.stride
 
@@ -84,11 +129,40 @@ class CausalTransConvNet(nn.Module):
         new = x.shape[-1]
         if state is not None:
             x = state.prepend(self, x, self.overlap, zeros_first=False)
+        if self.batched:  # the outputs of inputs 0..L-1 alone: the last input's overlap with the next is cut anyway
+            L, s = x.shape[-1], self.stride
+            z = convolve(self.phases(), F.pad(x, (self.overlap, 0)), True)  # [B, s·C_out, L]
+            y = z.view(z.shape[0], s, -1, L).permute(0, 2, 3, 1).reshape(z.shape[0], -1, L * s)  # output i·s + p
+            return y[..., self.trim:] if self.trim_left else y[..., (L - new) * s:]
         y = row_by_row(lambda row: packed.conv(self.conv, row), x)
         if self.trim_left:
             return y[..., self.trim:y.shape[-1] - self.trim]
         past = x.shape[-1] - new  # carried inputs: their own outputs came out with the last chunk
         return y[..., past * self.stride:(past + new) * self.stride]
+
+
+    @torch.no_grad()
+    def phases(self) -> nn.Conv1d:
+        """The transposed conv as a regular one over the input and the m before it, each phase p of the stride a
+        group of output channels: output i·s + p = sum over taps t of w[:, :, p + t·s] · x[i - t], so phase p's
+        channel o has weight w[:, o, p + t·s] at tap m - t. [C_in, C_out, k] → Conv1d(C_in, s·C_out, m + 1),
+        made once per weight (the stride's phases replace oneDNN's transposed kernel: module docstring)."""
+        w, b = self.conv.weight, self.conv.bias
+        key = (w.data_ptr(), w._version, w.dtype, w.device)
+        with _lock:
+            held = _phases.get(self)
+            if held is not None and held[0] == key:
+                return held[1]
+        C_in, C_out, k = w.shape
+        s, taps = self.stride, self.overlap + 1
+        phases = nn.Conv1d(C_in, s * C_out, taps, bias=b is not None, device=w.device, dtype=w.dtype)
+        phases.weight.copy_(w.view(C_in, C_out, taps, s).flip(2).permute(3, 1, 0, 2).reshape(s * C_out, C_in, taps))
+        if b is not None:
+            phases.bias.copy_(b.repeat(s))
+        phases.requires_grad_(False)
+        with _lock:
+            _phases[self] = (key, phases)
+        return phases
 
 
 class SnakeBeta(nn.Module):

@@ -100,9 +100,9 @@ class Code2Wav(nn.Module):
 
     def decodes_together(self, frames: int) -> bool:
         """Whether the engine decodes several streams' chunks of `frames` frames in one call: always. Each row gets
-        its own decode's bits (`row_by_row`; tiny and real widths), and one call of several one-frame chunks is
-        faster than one by one at tiny and real widths (docs/benchmarks-history.md (f), "with batched codec
-        pushes")."""
+        its own decode's bits (row by row or batched: backend.py; tiny and real widths), and one call of several
+        one-frame chunks is faster than one by one at tiny and real widths (docs/benchmarks-history.md (f), "with
+        batched codec pushes")."""
         return True
 
     def forward(self, codes: torch.Tensor, num_codebooks: int | None = None,

@@ -17,8 +17,8 @@ long-running engine packed every chunk of every stream again (BENCHMARKS.md, "Co
 bfloat16 the plain transposed convolution is slower still: about 30 ms a call for Qwen3-TTS's first
 upsampling at any chunk length, against 0.7-3.5 ms packed (BENCHMARKS.md, "Code2Wav (the codec)"). The
 packed kernel sums in another order than F.conv1d does: the audio is within the dtype's rounding of HF's,
-not bit for bit. Each stream's row is still its own call (`backend.row_by_row`), through the copy for its
-length, so a row decoded beside others gets its solo bits.
+not bit for bit. A batch of streams runs row by row or as one call (backend.py); either way each row gets its
+solo bits (codec/batching.py checks the batched call at load).
 """
 
 from __future__ import annotations
@@ -40,11 +40,12 @@ _packed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # conv → {(w
 _lock = threading.Lock()  # the engine's thread and a page's redecode may decode at once
 
 
-def conv(module: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tensor:
-    """module(x) for x [B, C, T], through the packed weight where it applies."""
+def conv(module: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor, plain=None) -> torch.Tensor:
+    """module(x) for x [B, C, T], through the packed weight where it applies; elsewhere plain(x) (module(x)
+    unless given)."""
     packed = _weight(module, x)
     if packed is None:
-        return module(x)
+        return (plain or module)(x)
     padding, output_padding, stride, dilation = _dims(module)
     x2 = x[:, :, None]  # [B, C, 1, T]: oneDNN's packed convolutions are 2-d
     if isinstance(module, nn.ConvTranspose1d):

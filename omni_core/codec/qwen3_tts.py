@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from omni_core.codec.backend import (CausalConvNet, build_decoder, build_upsample, count_samples, row_by_row,
+from omni_core.codec.backend import (CausalConvNet, build_decoder, build_upsample, convolve, count_samples,
                                      synthesize)
 from omni_core.codec.code2wav import Transformer
 from omni_core.codec.state import CodecState
@@ -61,6 +61,8 @@ class ResidualQuantizer(nn.Module):
         self.vq.layers = nn.ModuleList(VectorQuantizer(size, dim) for _ in range(num_quantizers))
         self.output_proj = nn.Conv1d(dim, out_dim, 1, bias=False)
 
+    batched = False  # the streams of a batch in one oneDNN call (backend.py)
+
     def forward(self, codes: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         """codes [B, n, T] (the first n of this half's codebooks) → [B, out_dim, T]; keep [B, n, T]
         bool zeroes single cells (code surgery)."""
@@ -70,7 +72,7 @@ class ResidualQuantizer(nn.Module):
             if keep is not None:
                 v = v * keep[:, i, None, :].to(v.dtype)
             total = v if total is None else total + v
-        return row_by_row(self.output_proj, total)  # a batch of streams: each row as alone (backend.row_by_row)
+        return convolve(self.output_proj, total, self.batched)  # each row as alone (backend.py)
 
 
 class SplitQuantizer(nn.Module):
@@ -126,14 +128,15 @@ class TTSCodec(nn.Module):
     """The codec as the engine uses it: Code2Wav's interface (forward, num_samples, cfg, dtype),
     plus `encode` when the checkpoint has the encoder (`attach_encoder`)."""
 
-    # Several streams in one call give each its own audio bit for bit (tests/test_tts_codec.py); the engine decodes
-    # chunks of up to TOGETHER_FRAMES frames in one call, longer ones stream by stream: at the real widths one call
-    # is faster for short chunks and slower for long ones (BENCHMARKS.md, "Code2Wav (the codec)").
+    # Several streams in one call give each its own audio bit for bit (tests/test_tts_codec.py). Row by row
+    # (backend.py), one call is faster than stream by stream at the real widths for chunks of up to TOGETHER_FRAMES
+    # frames and slower for longer ones; batched, it is as fast or faster at every length (BENCHMARKS.md, "Code2Wav
+    # (the codec)").
     TOGETHER_FRAMES = 2
 
     def decodes_together(self, frames: int) -> bool:
         """Whether the engine decodes several streams' chunks of `frames` frames in one call."""
-        return frames <= self.TOGETHER_FRAMES
+        return self.decoder.pre_conv.batched or frames <= self.TOGETHER_FRAMES
 
     def __init__(self, cfg: SplitCodecConfig):
         super().__init__()

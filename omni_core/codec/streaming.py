@@ -53,7 +53,7 @@ class StreamingDecoder:
 def push_together(decoders: list[StreamingDecoder], chunks: list[torch.Tensor]) -> list[torch.Tensor]:
     """Several streams' next chunks in one codec call: chunks[i] [B_i, Q, n] for decoders[i], all of one
     codec, at the same frame position, with the same n → each stream's audio [B_i, 1, s], bit for bit as
-    its own push returns it (the codec runs its convolutions row by row: `backend.row_by_row`). The
+    its own push returns it (row by row, or batched where that holds: backend.py, batching.py). The
     streams' states are replaced only when the call succeeded: after an error each can push alone."""
     if len(decoders) == 1:  # nothing to stack
         return [decoders[0].push(chunks[0])]

@@ -1,8 +1,8 @@
 """`CodecPool`: the codec streams spread over several codec processes, so that their chunks decode in parallel.
 
-One codec process decodes a group's chunks row after row (`backend.row_by_row`: a row's audio may not
-depend on its neighbours), so 8 newcomers' first chunks took it 18 ms on one core while the engine's thread
-waited for them (a first chunk is waited for: engine/loop.py `emit`). With two processes each decodes half
+One codec process decodes a group's chunks in one call, row by row where the codec runs so (codec/backend.py: a
+row's audio may not depend on its neighbours), so 8 newcomers' first chunks took it 18 ms on one core while the
+engine's thread waited for them (a first chunk is waited for: engine/loop.py `emit`). With two processes each decodes half
 of them at once. A stream lives in one process (its state is there), given round robin as streams open; a
 `codec_groups` group is cut by process, and each part is one push. A stream's audio is its own decode's in
 any process (tests/test_codec_process.py).

@@ -19,6 +19,7 @@ from types import ModuleType
 import torch
 from torch import nn
 
+from omni_core.codec import batching
 from omni_core.families import registry
 from omni_core.loading import memory, random_weights
 from omni_core.loading.checkpoint import materialize
@@ -68,8 +69,9 @@ def load_model(source: str | Path = "tiny", *, device: str = "auto", dtype: str 
         materialize(m, dev, dt).eval().requires_grad_(False)
     src.fill(modules, dev, dt)
     saved = quant.quantize_modules([modules[k] for k in ("thinker", "talker") if k in modules], quantize) if quantize else 0
-    if batch_invariant:  # the cheapest kernel plan per shape, kept per machine
+    if batch_invariant:  # the cheapest kernel plan per shape, kept per machine; the codec's streams batched if that holds
         store.plan_modules(modules.values(), dev, fast_kernels)
+        batching.decide(modules["code2wav"])
     else:
         use_plan(modules.values(), PLAIN)
     report = memory.report(str(source), needs, dev, free, time.perf_counter() - start)

@@ -1,0 +1,71 @@
+"""Whether a codec decodes a batch of streams batched (one oneDNN call per convolution, backend.py) on this machine.
+
+Batched, a stream's audio must still be its own decode's, bit for bit, whatever streams share its calls. oneDNN's
+forward convolution computed every row of a batch as alone on the CPUs measured (BENCHMARKS.md, "Code2Wav (the
+codec)"), but that is its kernels' choice, not a promise, so `decide` checks it at load on this codec, as the
+planner checks each matmul's plan: random streams decoded chunk by chunk alone and together, at every chunk
+length the engine sends. Where a row differs, or oneDNN cannot take the codec (another device or dtype), the
+codec stays row by row.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from omni_core.codec import backend
+from omni_core.codec.streaming import StreamingDecoder, push_together
+
+CHUNKS = (1, 2, 4, 8, 3)  # frames a push: the engine's chunk lengths, then a last, shorter chunk
+ROWS = (2, 3)  # streams decoded together, beside each one alone
+
+
+def decide(codec: torch.nn.Module) -> bool:
+    """Switch `codec` to batched where it holds here (`holds`); → whether it did."""
+    on = holds(codec)
+    backend.use_batched(codec, on)
+    return on
+
+
+def usable(codec: torch.nn.Module) -> bool:
+    """Whether oneDNN can run this codec's convolutions: a CPU, float32, or bfloat16 where oneDNN has kernels for it."""
+    w = next(codec.parameters())
+    dtypes = (torch.float32, torch.bfloat16) if torch.ops.mkldnn._is_mkldnn_bf16_supported() else (torch.float32,)
+    return w.device.type == "cpu" and w.dtype in dtypes and torch.backends.mkldnn.is_available()
+
+
+@torch.no_grad()
+def holds(codec: torch.nn.Module, seed: int = 0) -> bool:
+    """Whether, batched, streams pushed together get what each gets alone, bit for bit (`ROWS` streams at a time,
+    every chunk of `CHUNKS`). The codec is left as it was."""
+    if not usable(codec):
+        return False
+    was = [m.batched for m in codec.modules() if hasattr(type(m), "batched")]
+    backend.use_batched(codec, True)
+    try:
+        gen = torch.Generator().manual_seed(seed)
+        codes = torch.randint(0, codec.cfg.codebook_size, (max(ROWS), codec.cfg.num_quantizers, sum(CHUNKS)),
+                              generator=gen)
+        alone = _stream([[row] for row in codes.split(1)], codec)
+        for rows in ROWS:
+            together = _stream([list(codes[:rows].split(1))], codec)
+            if not all(torch.equal(a, t) for a, t in zip(alone, together)):
+                return False
+        return True
+    finally:
+        for m, on in zip((m for m in codec.modules() if hasattr(type(m), "batched")), was):
+            m.batched = on
+
+
+def _stream(groups: list[list[torch.Tensor]], codec: torch.nn.Module) -> list[torch.Tensor]:
+    """Each group's rows (codes [1, Q, T] each) decoded as streams pushed together, chunk by chunk → every row's
+    audio, in order."""
+    audio = []
+    for rows in groups:
+        decoders = [StreamingDecoder(codec) for _ in rows]
+        parts, at = [[] for _ in rows], 0
+        for n in CHUNKS:
+            for part, wav in zip(parts, push_together(decoders, [r[:, :, at:at + n] for r in rows])):
+                part.append(wav)
+            at += n
+        audio += [torch.cat(part, dim=-1) for part in parts]
+    return audio
