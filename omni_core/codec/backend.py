@@ -59,7 +59,7 @@ def convolve(conv: nn.Conv1d, x: torch.Tensor, batched: bool) -> torch.Tensor:
     if not batched:
         return row_by_row(lambda row: packed.conv(conv, row), x)
     return packed.conv(conv, x, lambda x: torch.ops.aten.mkldnn_convolution(
-        x, conv.weight, conv.bias, [0], [1], list(conv.dilation), conv.groups))
+        x, conv.weight, conv.bias, [0], [1], list(conv.dilation), conv.groups), small=True)
 
 
 def row_by_row(fn, x: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,8 @@ so for the decoder's first convolutions (tens of MB of weights over a few dozen 
 of the call: packed for the input length, these convolutions run several times faster (the figures:
 BENCHMARKS.md, "Code2Wav (the codec)", and docs/benchmarks-history.md (q)).
 
-A weight of PACK_NUMEL elements or more, float32 or bfloat16, is packed
+A weight of PACK_NUMEL elements or more, float32 or bfloat16 (and, in a codec that runs batched, one of at most
+SMALL_NUMEL elements, whose call costs its setup more than its sums), is packed
 (`torch.ops.mkldnn._reorder_convolution_weight`, what inductor's frozen graphs use) for the input length it
 meets, the first time it meets it (~0.1 s for 75 MB), and the copies of the KEEP lengths it met last are kept
 (a copy packed for another length can be 100x slower). A stream meets five lengths: its chunks of 1, 2, 4 and
@@ -34,16 +35,19 @@ from torch import nn
 PACK_NUMEL = 8 * 2**20  # weights of this many elements are packed: the real codecs' first conv and transposed conv
 # (11M and 19M elements: 60 MB a length in bfloat16, 120 MB in float32; 360 and 720 MB for KEEP lengths); the
 # smaller ones gained nothing measurable; none of the tiny ones
+SMALL_NUMEL = 2**16  # a batched codec's weights of at most this many elements are packed too: their call costs its
+# setup more than its sums, and oneDNN's call with the plain weight reorders it each time (the tiny codec's
+# convolutions: a lone stream's 1-frame push 3.7 -> 3.3 ms); at most KEEP x 256 KB a weight
 KEEP = 6  # packed copies kept per weight, of the most recently used lengths: a stream's five, one to spare
 _packed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # conv → {(weight key, length): packed}: not on the
 # module, so a deepcopy or pickle of the codec never meets an opaque oneDNN tensor
 _lock = threading.Lock()  # the engine's thread and a page's redecode may decode at once
 
 
-def conv(module: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor, plain=None) -> torch.Tensor:
+def conv(module: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor, plain=None, small: bool = False) -> torch.Tensor:
     """module(x) for x [B, C, T], through the packed weight where it applies; elsewhere plain(x) (module(x)
-    unless given)."""
-    packed = _weight(module, x)
+    unless given). small: weights of at most SMALL_NUMEL elements packed too (a batched codec's: backend.py)."""
+    packed = _weight(module, x, small)
     if packed is None:
         return (plain or module)(x)
     padding, output_padding, stride, dilation = _dims(module)
@@ -59,10 +63,10 @@ def conv(module: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor, plain=None) ->
     return y[:, :, 0].contiguous()
 
 
-def _weight(module: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tensor | None:
+def _weight(module: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor, small: bool = False) -> torch.Tensor | None:
     """The module's packed weight (packed now if it is new or changed), or None where the plain call applies."""
     w = module.weight
-    if not (w.numel() >= PACK_NUMEL and w.dtype == x.dtype and w.dtype in _packable_dtypes()
+    if not ((w.numel() >= PACK_NUMEL or small and w.numel() <= SMALL_NUMEL) and w.dtype == x.dtype and w.dtype in _packable_dtypes()
             and w.device.type == x.device.type == "cpu" and module.padding_mode == "zeros"
             and not (torch.is_grad_enabled() and w.requires_grad) and torch.backends.mkldnn.is_available()):
         return None
