@@ -138,6 +138,7 @@ def bench_engine(dtype: str, n: int, rounds: int, frames: int = 24, compare: str
                     rest_engines()
                     run = run_concurrently(pipe, page_mix(n, frames))
                 row = {"codec_ms_per_step": 1000 * timers.seconds["decode"] / max(timers.calls["step"], 1),
+                       "steps": timers.calls["step"], "codec_calls": timers.calls["decode"],
                        "last_first_audio_s": max(run["first_audio_s"]), "frames_per_s": run["frames_per_s"]}
                 if compare != "pack":
                     row.update(one_first_audio_s=one["first_audio_s"][0], one_frames_per_s=one["frames_per_s"])

@@ -128,15 +128,16 @@ class TTSCodec(nn.Module):
     """The codec as the engine uses it: Code2Wav's interface (forward, num_samples, cfg, dtype),
     plus `encode` when the checkpoint has the encoder (`attach_encoder`)."""
 
-    # Several streams in one call give each its own audio bit for bit (tests/test_tts_codec.py). Row by row
-    # (backend.py), one call is faster than stream by stream at the real widths for chunks of up to TOGETHER_FRAMES
-    # frames and slower for longer ones; batched, it is as fast or faster at every length (BENCHMARKS.md, "Code2Wav
-    # (the codec)").
+    # Several streams in one call give each its own audio bit for bit (tests/test_tts_codec.py); the engine decodes
+    # chunks of up to TOGETHER_FRAMES frames in one call, longer ones stream by stream: at the real widths one call
+    # is faster for short chunks and slower for long ones row by row; batched (backend.py), one call of 8 streams'
+    # 4- and 8-frame chunks was faster alone but not in the engine, where a step's codec time varied twice as much
+    # (BENCHMARKS.md, "Code2Wav (the codec)").
     TOGETHER_FRAMES = 2
 
     def decodes_together(self, frames: int) -> bool:
         """Whether the engine decodes several streams' chunks of `frames` frames in one call."""
-        return self.decoder.pre_conv.batched or frames <= self.TOGETHER_FRAMES
+        return frames <= self.TOGETHER_FRAMES
 
     def __init__(self, cfg: SplitCodecConfig):
         super().__init__()
