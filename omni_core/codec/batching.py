@@ -5,13 +5,23 @@ forward convolution computed every row of a batch as alone on the CPUs measured 
 codec)"), but that is its kernels' choice, not a promise, so `decide` checks it at load on this codec, as the
 planner checks each matmul's plan: random streams decoded chunk by chunk alone and together, at every chunk
 length the engine sends. Where a row differs, or oneDNN cannot take the codec (another device or dtype), the
-codec stays row by row.
+codec stays row by row. The answer depends on the codec's shapes, its dtype and the machine's kernels (and their
+threads), never on the weights' values, so it is kept per machine as the plans are (planner/store.py):
+<cache folder>/codec/<machine>.json, one line per codec and dtype (about 2 s saved at each load of the 0.6B).
+A codec process decides again at its own thread count (engine/codec_process.py).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
 import torch
 
+from omni_core.cache import cache_dir, locked, machine
 from omni_core.codec import backend
 from omni_core.codec.streaming import StreamingDecoder, push_together
 
@@ -20,8 +30,15 @@ ROWS = (2, 3)  # streams decoded together, beside each one alone
 
 
 def decide(codec: torch.nn.Module) -> bool:
-    """Switch `codec` to batched where it holds here (`holds`); → whether it did."""
-    on = holds(codec)
+    """Switch `codec` to batched where it holds here (`holds`, or this machine's earlier answer); → whether it did."""
+    device, name = next(codec.parameters()).device, _name(codec)
+    on = _read(device).get(name)
+    if on is None:
+        on = holds(codec)
+        try:
+            _write(device, name, on)
+        except OSError:  # a read-only cache folder: checked again next time
+            pass
     backend.use_batched(codec, on)
     return on
 
@@ -69,3 +86,31 @@ def _stream(groups: list[list[torch.Tensor]], codec: torch.nn.Module) -> list[to
             at += n
         audio += [torch.cat(part, dim=-1) for part in parts]
     return audio
+
+
+def _name(codec: torch.nn.Module) -> str:
+    """What the answer depends on besides the machine: the codec's kind and shapes, and its dtype."""
+    digest = hashlib.sha256(repr(codec.cfg).encode()).hexdigest()[:12]
+    return f"{type(codec).__name__} {digest} {str(next(codec.parameters()).dtype).removeprefix('torch.')}"
+
+
+def _path(device: torch.device) -> Path:
+    return cache_dir() / "codec" / f"{machine(device)}.json"
+
+
+def _read(device: torch.device) -> dict[str, bool]:
+    try:
+        return {k: bool(v) for k, v in json.loads(_path(device).read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _write(device: torch.device, name: str, on: bool) -> None:
+    """Add one answer to this machine's file, atomically (concurrent loads each write a whole file)."""
+    target = _path(device)
+    with locked(target):
+        table = {**_read(device), name: on}
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=target.parent, suffix=".tmp", delete=False) as f:
+            json.dump(dict(sorted(table.items())), f, indent=0)
+        os.replace(f.name, target)

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
+from omni_core.codec import backend, batching
 from omni_core.codec.streaming import StreamingDecoder, push_together
 from omni_core.engine.codec_stream import RemoteStream
 
@@ -206,6 +207,8 @@ def _check_shared_memory(codec: torch.nn.Module) -> None:
 def _serve(codec: torch.nn.Module, threads: int, inbox, outbox) -> None:
     """The codec process: open streams, decode pushes in order, until the engine sends None or goes away."""
     torch.set_num_threads(threads)
+    if backend.runs_batched(codec):  # checked at load at the engine's thread count: again at this one
+        batching.decide(codec)
     streams: dict[int, StreamingDecoder] = {}
     with torch.no_grad():
         _warm_up(codec)
