@@ -10,14 +10,15 @@ left context between chunks; `state=None` decodes a whole utterance.
 
 A batch of streams (the engine decodes equal chunks together) must give each stream its own decode's bits.
 Two ways (`batched`, set for a whole codec by `use_batched`, decided at load by codec/batching.py):
-- row by row (`row_by_row`, the default and exact mode's): each row's convolutions and matmuls are calls of
-  their own, the kernels the official code calls for one stream;
-- batched: every convolution, the 1x1 ones and the transposed ones included, is one call of oneDNN's forward
-  convolution over the whole batch (`convolve`). It computes each row as it would alone, on the machines
-  probed (codec/batching.py checks it at load, else the codec stays row by row); F.conv1d cannot be used,
-  as it sends a lone small input to another kernel than a batch. A transposed convolution runs as a regular
-  one over its stride's phases (`CausalTransConvNet.phases`): oneDNN's transposed kernel rounded some rows
-  of a batch otherwise than alone. The sums run in another order than the official kernels': the audio is
+- row by row (`row_by_row`: exact mode's, and where batched does not hold): each row's convolutions and matmuls
+  are calls of their own, the kernels the official code calls for one stream;
+- batched (the default mode's where it holds): every convolution wider than 1x1, the transposed ones included,
+  is one call of oneDNN's forward convolution over the whole batch (`convolve`), which computes each row as it
+  would alone on the machines probed (codec/batching.py checks it at load). F.conv1d cannot be used: it sends a
+  lone small input to ATen's own kernel and a batch to oneDNN. A transposed convolution runs as a regular one
+  over its stride's phases (`CausalTransConvNet.phases`): oneDNN's transposed kernel rounded some rows of a batch
+  otherwise than alone. The 1x1 convolutions and the ConvNeXt MLPs stay matmuls row by row (oneDNN is slow at
+  the tiny codec's few channels). The sums run in another order than the official kernels': the audio is
   within rounding of theirs, not bit for bit.
 """
 
@@ -63,7 +64,7 @@ def convolve(conv: nn.Conv1d, x: torch.Tensor, batched: bool) -> torch.Tensor:
 
 
 def row_by_row(fn, x: torch.Tensor) -> torch.Tensor:
-    """fn(x) for x [B, ...], one row at a time. oneDNN chooses its convolution by the batch size, and
+    """fn(x) for x [B, ...], one row at a time. F.conv1d chooses its kernel by the batch size, and
     MKL its matmul by the row count, so a batch of streams (the engine decodes equal chunks together)
     would round each row's audio otherwise than its own decode does. Row by row, every row gets its
     solo floats (tests/test_streaming.py); the rest of the codec runs batched."""
@@ -109,6 +110,8 @@ class CausalTransConvNet(nn.Module):
     output waits for the input after it); Qwen3-TTS trims only the right (`trim_left=False`: L
     inputs → L·s outputs, fully causal, nothing held back). With k = s (upsample) nothing is trimmed."""
 
+    batched = False  # a batch of streams in one oneDNN call (module docstring)
+
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int, trim_left: bool = True):
         super().__init__()
         if kernel_size not in (stride, 2 * stride):
@@ -117,8 +120,6 @@ class CausalTransConvNet(nn.Module):
         self.stride, self.trim_left = stride, trim_left
         self.trim = kernel_size - stride
         self.overlap = kernel_size // stride - 1  # m: inputs an output shares with the next input
-
-    batched = False  # a batch of streams in one oneDNN call (module docstring)
 
     def output_length(self, length: int) -> int:
         return (length - self.overlap) * self.stride if self.trim_left else length * self.stride
@@ -129,7 +130,7 @@ class CausalTransConvNet(nn.Module):
         new = x.shape[-1]
         if state is not None:
             x = state.prepend(self, x, self.overlap, zeros_first=False)
-        if self.batched:  # the outputs of inputs 0..L-1 alone: the last input's overlap with the next is cut anyway
+        if self.batched:  # the outputs of inputs 0..L-1; input L-1's overlap with the next is cut in either trim
             L, s = x.shape[-1], self.stride
             z = convolve(self.phases(), F.pad(x, (self.overlap, 0)), True)  # [B, s·C_out, L]
             y = z.view(z.shape[0], s, -1, L).permute(0, 2, 3, 1).reshape(z.shape[0], -1, L * s)  # output i·s + p
@@ -139,7 +140,6 @@ class CausalTransConvNet(nn.Module):
             return y[..., self.trim:y.shape[-1] - self.trim]
         past = x.shape[-1] - new  # carried inputs: their own outputs came out with the last chunk
         return y[..., past * self.stride:(past + new) * self.stride]
-
 
     @torch.no_grad()
     def phases(self) -> nn.Conv1d:
