@@ -56,7 +56,7 @@ def holds(codec: torch.nn.Module, seed: int = 0) -> bool:
     every chunk of `CHUNKS`). The codec is left as it was."""
     if not usable(codec):
         return False
-    was = [m.batched for m in codec.modules() if hasattr(type(m), "batched")]
+    was = backend.runs_batched(codec)
     backend.use_batched(codec, True)
     try:
         gen = torch.Generator().manual_seed(seed)
@@ -69,8 +69,7 @@ def holds(codec: torch.nn.Module, seed: int = 0) -> bool:
                 return False
         return True
     finally:
-        for m, on in zip((m for m in codec.modules() if hasattr(type(m), "batched")), was):
-            m.batched = on
+        backend.use_batched(codec, was)
 
 
 def _stream(groups: list[list[torch.Tensor]], codec: torch.nn.Module) -> list[torch.Tensor]:
