@@ -7,7 +7,7 @@ planner checks each matmul's plan: random streams decoded chunk by chunk alone a
 length the engine sends. Where a row differs, or oneDNN cannot take the codec (another device or dtype), the
 codec stays row by row. The answer depends on the codec's shapes, its dtype and the machine's kernels (and their
 threads), never on the weights' values, so it is kept per machine as the plans are (planner/store.py):
-<cache folder>/codec/<machine>.json, one line per codec and dtype (about 2 s saved at each load of the 0.6B).
+<cache folder>/codec/<machine>-rule<N>.json, one line per codec and dtype (the 0.6B's check takes about 8 s).
 A codec process decides again at its own thread count (engine/codec_process.py).
 """
 
@@ -26,7 +26,8 @@ from omni_core.codec import backend
 from omni_core.codec.streaming import StreamingDecoder, push_together
 
 CHUNKS = (1, 2, 4, 8, 3)  # frames a push: the engine's chunk lengths, then a last, shorter chunk
-ROWS = (2, 3)  # streams decoded together, beside each one alone
+ROWS = (2, 3, 8)  # streams decoded together, beside each one alone (the engine batches up to max_batch)
+RULE = 2  # the way the check is made; a change of it makes every machine check again. 2: 8 streams too
 
 
 def decide(codec: torch.nn.Module) -> bool:
@@ -94,7 +95,7 @@ def _name(codec: torch.nn.Module) -> str:
 
 
 def _path(device: torch.device) -> Path:
-    return cache_dir() / "codec" / f"{machine(device)}.json"
+    return cache_dir() / "codec" / f"{machine(device)}-rule{RULE}.json"  # a new rule checks again
 
 
 def _read(device: torch.device) -> dict[str, bool]:
