@@ -2,7 +2,7 @@
 
 `cache_dir()` is the one place that names the folder: $OMNI_CORE_CACHE, else
 $XDG_CACHE_HOME/omni_core, else ~/.cache/omni_core. It holds the tiny checkpoints (synthetic/),
-the matmul plans and the compiled frames.
+the matmul plans, the codec's batching answer and the compiled frames.
 
 Two kinds of entries are only right on the machine that made them: the batch-invariant matmul
 plans (planner/store.py: which row counts share a GEMM kernel is the CPU's and the BLAS's) and
@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import platform
+import tempfile
 from pathlib import Path
 
 import torch
@@ -84,3 +86,11 @@ def locked(path: Path):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def write_json(target: Path, table: dict) -> None:
+    """`table` as the JSON file `target`, keys sorted, replaced whole (a reader never meets half a file)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=target.parent, suffix=".tmp", delete=False) as f:
+        json.dump(dict(sorted(table.items())), f, indent=0)
+    os.replace(f.name, target)

@@ -63,7 +63,7 @@ def test_small_weights_gradients_and_other_dtypes_take_the_plain_conv(monkeypatc
 @pytest.mark.parametrize("index", range(len(CONVS)))
 def test_a_packed_bfloat16_conv_is_the_conv_within_bfloat16_rounding(pack_all, index):
     """bfloat16 where oneDNN has it (the plain bfloat16 transposed conv is the codec's slowest call there)."""
-    if torch.bfloat16 not in packed._packable_dtypes():
+    if torch.bfloat16 not in packed.packable_dtypes():
         pytest.skip("no bfloat16 convolutions in oneDNN on this CPU")
     module = spread(CONVS[index], 10 + index).to(torch.bfloat16)
     x = torch.randn(1, module.in_channels, 40, generator=torch.Generator().manual_seed(index)).bfloat16()

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
-from omni_core.cache import cache_dir, locked, machine
-from omni_core.codec import backend
+from omni_core.cache import cache_dir, locked, machine, write_json
+from omni_core.codec import backend, packed
 from omni_core.codec.streaming import StreamingDecoder, push_together
 
 CHUNKS = (1, 2, 4, 8, 3)  # frames a push: the engine's chunk lengths, then a last, shorter chunk
@@ -47,8 +45,7 @@ def decide(codec: torch.nn.Module) -> bool:
 def usable(codec: torch.nn.Module) -> bool:
     """Whether oneDNN can run this codec's convolutions: a CPU, float32, or bfloat16 where oneDNN has kernels for it."""
     w = next(codec.parameters())
-    dtypes = (torch.float32, torch.bfloat16) if torch.ops.mkldnn._is_mkldnn_bf16_supported() else (torch.float32,)
-    return w.device.type == "cpu" and w.dtype in dtypes and torch.backends.mkldnn.is_available()
+    return w.device.type == "cpu" and w.dtype in packed.packable_dtypes() and torch.backends.mkldnn.is_available()
 
 
 @torch.no_grad()
@@ -107,10 +104,5 @@ def _read(device: torch.device) -> dict[str, bool]:
 
 def _write(device: torch.device, name: str, on: bool) -> None:
     """Add one answer to this machine's file, atomically (concurrent loads each write a whole file)."""
-    target = _path(device)
-    with locked(target):
-        table = {**_read(device), name: on}
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=target.parent, suffix=".tmp", delete=False) as f:
-            json.dump(dict(sorted(table.items())), f, indent=0)
-        os.replace(f.name, target)
+    with locked(_path(device)):
+        write_json(_path(device), {**_read(device), name: on})

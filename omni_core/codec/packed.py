@@ -66,7 +66,8 @@ def conv(module: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor, plain=None, sm
 def _weight(module: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor, small: bool = False) -> torch.Tensor | None:
     """The module's packed weight (packed now if it is new or changed), or None where the plain call applies."""
     w = module.weight
-    if not ((w.numel() >= PACK_NUMEL or small and w.numel() <= SMALL_NUMEL) and w.dtype == x.dtype and w.dtype in _packable_dtypes()
+    sized = w.numel() >= PACK_NUMEL or small and w.numel() <= SMALL_NUMEL
+    if not (sized and w.dtype == x.dtype and w.dtype in packable_dtypes()
             and w.device.type == x.device.type == "cpu" and module.padding_mode == "zeros"
             and not (torch.is_grad_enabled() and w.requires_grad) and torch.backends.mkldnn.is_available()):
         return None
@@ -93,7 +94,7 @@ def _weight(module: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor, small: bool
 
 
 @functools.cache
-def _packable_dtypes() -> tuple[torch.dtype, ...]:
+def packable_dtypes() -> tuple[torch.dtype, ...]:
     """float32, and bfloat16 where oneDNN has bfloat16 convolutions on this CPU."""
     return (torch.float32, torch.bfloat16) if torch.ops.mkldnn._is_mkldnn_bf16_supported() else (torch.float32,)
 

@@ -14,13 +14,11 @@ one line per key, e.g.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
-from omni_core.cache import cache_dir, locked, machine
+from omni_core.cache import cache_dir, locked, machine, write_json
 from omni_core.loading import memory
 from omni_core.models.invariant import Kernel, Linear, Plan
 from omni_core.planner.choose import (ALL_KERNELS, ATEN_ONLY, NO_PACKING, RULE, Key, Unplanned, may_pack,
@@ -81,12 +79,8 @@ def read(device: torch.device) -> dict[Key, Plan]:
 
 def write(device: torch.device, table: dict[Key, Plan]) -> None:
     """Merge `table` into this machine's file, atomically (concurrent loads each write a whole file)."""
-    target = path(device)
-    merged = {_name(k): [plan.pad_min, plan.chunk, plan.kernel.value] for k, plan in {**read(device), **table}.items()}
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=target.parent, suffix=".tmp", delete=False) as f:
-        json.dump(dict(sorted(merged.items())), f, indent=0)
-    os.replace(f.name, target)
+    write_json(path(device), {_name(k): [plan.pad_min, plan.chunk, plan.kernel.value]
+                              for k, plan in {**read(device), **table}.items()})
 
 
 def _name(key: Key) -> str:
