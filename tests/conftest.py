@@ -42,6 +42,20 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: the rest keep their order
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _release_memory_after_each_file():
+    """After each test file: its dropped models' memory goes back to the system. glibc keeps what a process
+    freed for its next allocations, so a worker that once held a real-width model (GBs) held them to its end
+    and the two workers beside a real-width build ran the machine out of memory (a worker OOM-killed in CI)."""
+    yield
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 @functools.lru_cache(maxsize=None)
 def hf_reference(preset: str):
     """HF Qwen3OmniMoeForConditionalGeneration loaded from the saved tiny checkpoint (float32, eval)."""

@@ -7,7 +7,6 @@ parameters, and built for real with the depth cut to one thinker and one talker 
 
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 import pytest
@@ -23,9 +22,13 @@ from omni_core.models.qwen3_omni.thinker import Thinker
 CUT = "random:qwen3-omni-30b-a3b?layers=1"
 
 
-@functools.lru_cache(maxsize=None)
+@pytest.fixture(scope="module")
 def cut_pipeline():
-    return load_pipeline(CUT, device="cpu", dtype="bfloat16")
+    """The cut pipeline (~3.6 GB), shared by this file's tests and closed after them, so a worker does not hold
+    it for the rest of the run."""
+    pipe = load_pipeline(CUT, device="cpu", dtype="bfloat16")
+    yield pipe
+    pipe.close()
 
 
 def test_source_syntax():
@@ -56,8 +59,8 @@ def test_full_depth_is_the_published_size():
     assert 66e9 < need.weight_bytes < 70e9  # ≈ 68 GB in bfloat16
 
 
-def test_cut_pipeline_has_the_config_shapes():
-    pipe = cut_pipeline()
+def test_cut_pipeline_has_the_config_shapes(cut_pipeline):
+    pipe = cut_pipeline
     cfg = pipe.config
     assert pipe.random_weights and pipe.dtype == torch.bfloat16
     assert cfg.token_ids["im_start"] == 151644
@@ -80,8 +83,8 @@ def test_cut_pipeline_has_the_config_shapes():
     assert "total" in pipe.load_report
 
 
-def test_cut_pipeline_runs_a_request():
-    pipe = cut_pipeline()
+def test_cut_pipeline_runs_a_request(cut_pipeline):
+    pipe = cut_pipeline
     result = pipe.generate(SpeechRequest("Real widths, random weights.", max_frames=3))
     assert result.codes.shape == (3, 16) and (0 <= result.codes).all() and (result.codes < 2048).all()
     assert len(result.audio) > 0 and np.isfinite(result.audio).all()
