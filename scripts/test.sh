@@ -27,4 +27,4 @@ export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$PWD/.cache/inductor}
 # browser and server tests, which mostly wait.
 # OpenMP threads that wait sleep instead of spinning, so the workers do not starve each other.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
-exec .venv/bin/python -m pytest -q --durations=15 -n 2 --dist loadfile --no-loadscope-reorder tests "$@"
+exec .venv/bin/python -m pytest -q --durations=15 -n 2 --dist loadfile --no-loadscope-reorder --max-worker-restart 0 tests "$@"
