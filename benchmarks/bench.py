@@ -483,6 +483,7 @@ def main(quick: bool = False, json_path: str = "bench_results/bench.json", gpu_o
          only: list[str] | None = None, eager: bool = False) -> int:
     reps = 3 if quick else 7
     results: dict = {"machine": machine()}
+    print(results["machine"], flush=True)
     sections = [] if gpu_only else [
         ("a_end_to_end_tiny", lambda: bench_end_to_end(reps)),
         ("b_predictor_real_size", lambda: bench_predictor(reps)),

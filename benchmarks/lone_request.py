@@ -123,4 +123,5 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", default="12", help="which parts: 1 (real predictor), 2 (tiny), 12 (both)")
     args = parser.parse_args()
+    print(machine(), flush=True)  # run alone (bench.py prints it once for all its sections)
     main(args.quick, only=args.only)

@@ -107,4 +107,5 @@ if __name__ == "__main__":
     parser.add_argument("--mix", default="page", choices=["page", "kv"])
     parser.add_argument("--json", default="bench_results/tts_batched.json")
     args = parser.parse_args()
+    print(machine(), flush=True)  # run alone (bench.py prints it once for all its sections)
     main(args.quick, args.json, args.dtypes, args.counts, args.frames, args.ways, args.mix)
