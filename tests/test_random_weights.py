@@ -7,7 +7,6 @@ parameters, and built for real with the depth cut to one thinker and one talker 
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
