@@ -18,8 +18,9 @@ Two ways (`batched`, set for a whole codec by `use_batched`, decided at load by 
   lone small input to ATen's own kernel and a batch to oneDNN. A transposed convolution runs as a regular one
   over its stride's phases (`CausalTransConvNet.phases`): oneDNN's transposed kernel rounded some rows of a batch
   otherwise than alone. The 1x1 convolutions and the ConvNeXt MLPs stay matmuls row by row (oneDNN is slow at
-  the tiny codec's few channels), but for Qwen3-TTS's quantizer projection (`convolve`, at the codebook widths). The sums run in another order than the official kernels': the audio is
-  within rounding of theirs, not bit for bit.
+  the tiny codec's few channels), but for Qwen3-TTS's quantizer projection (`convolve`, at the codebook
+  widths). The sums run in another order than the official kernels': the audio is within rounding of theirs,
+  not bit for bit.
 """
 
 from __future__ import annotations

@@ -104,5 +104,6 @@ def _read(device: torch.device) -> dict[str, bool]:
 
 def _write(device: torch.device, name: str, on: bool) -> None:
     """Add one answer to this machine's file, atomically (concurrent loads each write a whole file)."""
-    with locked(_path(device)):
-        write_json(_path(device), {**_read(device), name: on})
+    target = _path(device)
+    with locked(target):
+        write_json(target, {**_read(device), name: on})
