@@ -27,8 +27,10 @@ class DecoderLayer(nn.Module):
         h = h + self.self_attn(self.input_layernorm(h), cos, sin, cache, self.index, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
-    def decode_rows(self, h, cos, sin, caches: list[KVCache]):
-        h = h + self.self_attn.decode_rows(self.input_layernorm(h), cos, sin, caches, self.index)
+    def decode_rows(self, h, cos, sin, caches: list[KVCache], index: int | None = None):
+        """index: the layer's place in each cache (default: its own; 0 for a cache of this layer alone)."""
+        index = self.index if index is None else index
+        h = h + self.self_attn.decode_rows(self.input_layernorm(h), cos, sin, caches, index)
         return h + self.mlp(self.post_attention_layernorm(h))
 
     def grouped(self, h, cos, sin, groups: list[tuple]):

@@ -41,6 +41,11 @@ PLAIN = Plan(1, 1 << 30)  # one F.linear per call whatever the rows: the officia
 ROWWISE = Plan(0, 0)  # no GEMM: each row's products summed on their own (for shapes where no GEMM
 # run holds, e.g. a 1-output gate, whose matrix-vector kernel depends on the row count)
 ONEDNN = Plan(1, onednn.BATCH_HINT, Kernel.ONEDNN)  # no padding, blocks of up to the rows it is packed for
+# In a compiled graph a weight smaller than this is multiplied by inductor's own loop (ROWWISE), not a GEMM: each
+# row summed on its own whatever the rows, so the graph has no branch on the number of rows (a plan's blocks are
+# one, a symbolic size splits the graph into a variant per block count: 10 for a re-prefill step of the tiny model
+# on a CPU whose GEMM holds for 2-3 rows), and such a GEMM costs its call, not its arithmetic.
+COMPILED_GEMM_MIN = 1 << 20
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -54,6 +59,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return onednn.linear(x, packed, bias, weight.shape[0], plan.chunk)
     if plan.kernel is Kernel.SERIAL:
         return on_one_thread(_blocks, x, weight, bias, plan)
+    if plan != PLAIN and weight.numel() < COMPILED_GEMM_MIN and torch.compiler.is_compiling():
+        plan = ROWWISE  # inductor's own loop: see COMPILED_GEMM_MIN
     return _blocks(x, weight, bias, plan)
 
 

@@ -125,6 +125,13 @@ class KVCache:
     def advance(self, n: int) -> None:
         self.length += n
 
+    def layer_view(self, layer: int) -> "KVCache":
+        """A cache of layer `layer` alone, sharing its tensors and length (a compiled layer's: writes land
+        here; room is reserved first, as a growth would replace the view's tensors, not these)."""
+        view = KVCache.__new__(KVCache)
+        view.k, view.v, view.length = [self.k[layer]], [self.v[layer]], self.length
+        return view
+
 
 def causal_mask(T: int, L: int, device) -> torch.Tensor:
     """[T, L] bool: the last T of L positions each see the past and themselves, not what follows."""
