@@ -1,7 +1,7 @@
-"""Compiled decoding (compiled.py, packages.py) against eager, which is the reference (it equals HF:
-test_pipeline.py). The first request of each kind compiles (about a minute on a fresh machine); the
-predictor frames are kept as packages in the cache folder, which a second process loads. (Compiled batches:
-test_compiled_batches.py, which shares this file's pipeline and the compiling of its pieces.)"""
+"""Compiled decoding (compiled.py, compiled_steps.py, units.py) against eager, which is the reference (it equals
+HF: test_pipeline.py). The warm-up compiles the units (a predictor step, a decoder layer) once; they are kept in
+the cache folder, which a second process reads. (Compiled batches: test_compiled_batches.py, which shares this
+file's pipeline and the compiling of its pieces.)"""
 
 from __future__ import annotations
 
@@ -72,9 +72,9 @@ def warm_up_backwards(pipe, report) -> None:
         pipe.call(piece, report)
 
 
-# The KV frame per bucket, the re-prefill frame at 1 row (ROW_BY_ROW); each greedy-only and for every mix
-FRAMES_UP_TO_4 = 2 * (len(buckets_up_to(4)) + 1)
-STEPS_UP_TO_4 = 2 * len(buckets_up_to(4))  # the thinker's and the talker's decode step per bucket
+# The KV predictor's start and step and the re-prefill predictor's step, each greedy-only and for every mix
+PREDICTOR_UNITS = 6
+STEPS_UP_TO_4 = 2 * len(buckets_up_to(4))  # the warm-up's pieces: the thinker's and the talker's layer per bucket
 FRAMES = 70  # past the talker cache's first capacity (prompt + 64): it grows inside the compiled step
 
 
@@ -87,12 +87,12 @@ def request(predictor: str, do_sample: bool = False, frames: int = FRAMES) -> Sp
 
 def test_after_warm_up_nothing_compiles_again():
     """warm_up() compiles every path a request takes, so no user request waits for the compiler:
-    not a longer reply, not a talker cache that grows, not speak mode. First in this file, so that
-    no other test's request has compiled anything the warm-up missed."""
+    not a longer reply, not a talker cache that grows, not speak mode, not a batch. First in this file, so
+    that no other test's request has compiled anything the warm-up missed."""
     pipe = compiled_pipeline("tiny")  # warmed up when it was made, before any request
-    # The KV frame once per bucket (1, 4) and the re-prefill frame at 1 row, each greedy-only and for every
-    # mix, and each stack's decode step per bucket, built or loaded; nothing else compiled (a rotary table
-    # first built inside a graph once made the warm-up's first request compile again).
+    # Every unit built or loaded (the predictor's six; the thinker's and the talker's layer, a variant per
+    # bucket at least), and nothing compiled but them (a rotary table first built inside a graph once made the
+    # warm-up's first request compile again).
     frames = pipe.predictors.compiled
 
     def made():
@@ -100,10 +100,13 @@ def test_after_warm_up_nothing_compiles_again():
                 counters["stats"]["unique_graphs"])
 
     before = made()
-    assert before[:2] == (FRAMES_UP_TO_4, STEPS_UP_TO_4) and WARM_UP_GRAPHS["tiny", False] == 0
+    assert len(frames.units) == PREDICTOR_UNITS and all(unit.variants for unit in frames.units.values())
+    assert before[1] >= STEPS_UP_TO_4 and WARM_UP_GRAPHS["tiny", False] == 0
     for mode, predictor in (("chat", "kv"), ("speak", "reprefill")):
         pipe.generate(SpeechRequest("A longer request than the warm-up.", mode=mode, predictor=predictor,
                                     max_frames=100, max_text_tokens=12))
+    from tests.test_engine import MIX, staggered
+    staggered(pipe, MIX[:4])  # batches of 2-4 rows, greedy and sampled
     assert made() == before
 
 
@@ -133,29 +136,27 @@ def test_only_a_pipeline_with_pieces_to_build_needs_its_warm_up():
     assert compiled_pipeline("tiny").needs_warm_up and not our_pipeline("tiny").needs_warm_up
 
 
-def test_a_second_predictor_of_the_same_shapes_looks_for_packages_of_its_own():
-    """Weights are frozen into a frame, so a second predictor of the same shapes must not load the first
-    one's packages: the frames it would use have other names (a digest of its weights), and none of them
-    is a package the first one built or loaded. (That a package computes with the weights it was built
-    from, and another of the same shapes with its own: test_packages.py, on a module that builds in
-    seconds; a predictor frame takes minutes here.)"""
+def test_a_second_predictor_of_the_same_shapes_shares_the_units_and_computes_with_its_own_weights():
+    """A unit's weights are its inputs, never constants in its code: a second predictor of the same shapes
+    reads the same files (no compile), and its frames compute with its own weights: its eager codes, which
+    are not the first one's."""
     from omni_core.fast.compiled import CompiledPredictors
+    from omni_core.models.code_predictor import GREEDY, predict_kv, predict_reprefill
 
-    pipe = compiled_pipeline("tiny")  # built or loaded every frame of buckets 1 and 4 (re-prefill: 1)
-    first = pipe.predictors.compiled
-    second = copy.deepcopy(first.cp)
-    for head in second.lm_head:
+    first = compiled_pipeline("tiny").predictors.compiled
+    second_cp = copy.deepcopy(first.cp)
+    for head in second_cp.lm_head:
         head.weight.data = head.weight.data.flip(0)  # other codes, same shapes
-    weight = first.cp.lm_head[0].weight
-    frames = [what[:3] for what in first.frames]
-    assert sorted(frames) == sorted((name, sampling, size) for name, size in (("kv", 1), ("kv", 4), ("reprefill", 1))
-                                    for sampling in ("any", "greedy"))
+    second = CompiledPredictors(second_cp)
     with engine_threads():  # the names the engine's thread gave them
-        ours = {first.path(*what, weight.dtype, weight.device) for what in frames}
-        theirs = {CompiledPredictors(second).path(*what, weight.dtype, weight.device) for what in frames}
-        same = copy.deepcopy(first.cp)  # equal weights: the same packages (a second start finds them)
-        assert {CompiledPredictors(same).path(*what, weight.dtype, weight.device) for what in frames} == ours
-    assert len(ours) == len(frames) and all(path.exists() for path in ours) and not ours & theirs
+        assert {second.path(*what) for what in first.units} == {first.path(*what) for what in first.units}
+        torch.manual_seed(0)
+        h, e0 = (torch.randn(3, first.cp.embedding_dim) for _ in range(2))
+        for name, eager in (("kv", predict_kv), ("reprefill", predict_reprefill)):
+            got, want = second.run(name, h, e0), eager(second_cp, h, e0, GREEDY, alternatives=5)
+            assert torch.equal(got[0], want[0]), name
+            assert not torch.equal(got[0], first.run(name, h, e0)[0]), name
+    assert second.built == 0 and second.loaded == sum(len(first.units[what].variants) for what in second.units)
 
 
 SECOND_START = """
@@ -175,9 +176,9 @@ pipe.close()
 
 
 def test_a_second_process_loads_the_compiled_frames_instead_of_compiling():
-    """The frames and decode steps this process compiled are kept in the cache folder: a new process with
-    the same model builds none, loads every one, and decodes the same codes."""
-    pipe = compiled_pipeline("tiny")  # built or loaded every frame of buckets 1 and 4 (re-prefill: 1)
+    """The units this process compiled are kept in the cache folder: a new process with the same model builds
+    none, loads every variant, and decodes the same codes."""
+    pipe = compiled_pipeline("tiny")  # built or loaded every unit's variants for batches of up to 4 rows
     args = dict(text="Tell me about the sea.", mode="chat", predictor="kv", seed=3, max_frames=24, max_text_tokens=8)
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-c", SECOND_START, json.dumps(args)], capture_output=True, text=True,
@@ -185,7 +186,9 @@ def test_a_second_process_loads_the_compiled_frames_instead_of_compiling():
     assert done.returncode == 0, done.stderr[-3000:]
     second = json.loads(done.stdout.strip().splitlines()[-1])
     said = done.stderr[-3000:]  # what the warm-up reported
-    assert (second["built"], second["loaded"]) == (0, FRAMES_UP_TO_4), said
-    assert (second["steps_built"], second["steps_loaded"]) == (0, STEPS_UP_TO_4), said
+    frames = pipe.predictors.compiled
+    assert (second["built"], second["loaded"]) == (0, frames.built + frames.loaded), said
+    steps = sum(s.built + s.loaded for s in pipe.steps)
+    assert (second["steps_built"], second["steps_loaded"]) == (0, steps), said
     np.testing.assert_array_equal(np.array(second["codes"]), pipe.generate(SpeechRequest(**args)).codes)
     print(f"second start with compile=True ready in {second['ready_s']:.1f} s")

@@ -1,4 +1,4 @@
-"""Compiled decoding of batches (compiled.py, compiled_steps.py): which frame a batch runs, that each row of a
+"""Compiled decoding of batches (compiled.py, compiled_steps.py): which units a batch runs, that each row of a
 compiled frame or decode step gets what it gets alone, that compiled batches equal their solo runs, and
 that compiled decoding really runs compiled. Apart from test_compiled.py so that the suite's two workers
 compile the tiny model's frames and steps together, each half of them (`warm_up_backwards`)."""
@@ -72,27 +72,28 @@ def test_each_row_of_a_compiled_kv_frame_gets_its_floats_alone(kernel_threads):
                 assert torch.equal(got[b:b + 1], want), f"row {b} of {rows}: its {name} differ from its frame alone"
 
 
-def test_a_greedy_batch_runs_the_greedy_frame_and_a_mixed_one_the_frame_for_every_mix():
-    """Which package the engine calls: counted by wrapping the loaded frames."""
+def test_a_greedy_batch_runs_the_greedy_units_and_a_mixed_one_the_units_for_every_mix():
+    """Which units the engine calls, and how often: the KV start once a frame and its step for the 14 others.
+    Counted by wrapping the units."""
     pipe = compiled_tiny()
     frames, calls = pipe.predictors.compiled, collections.Counter()
-    loaded = dict(frames.frames)
+    units = dict(frames.units)
 
-    def counted(what, run):
+    def counted(what, unit):
         def call(*args):
-            calls[what[:2]] += 1
-            return run(*args)
+            calls[what[:3]] += 1
+            return unit(*args)
         return call
 
-    frames.frames.update({what: counted(what, run) for what, run in loaded.items()})
+    frames.units.update({what: counted(what, unit) for what, unit in units.items()})
     try:
         pipe.generate(SpeechRequest("Greedy.", predictor="kv", max_frames=3))
-        assert calls == {("kv", "greedy"): 3}
+        assert calls == {("kv", "start", "greedy"): 3, ("kv", "step", "greedy"): 3 * 14}
         calls.clear()
         pipe.generate(SpeechRequest("Sampled.", predictor="kv", do_sample=True, seed=1, max_frames=3))
-        assert calls == {("kv", "any"): 3}
+        assert calls == {("kv", "start", "any"): 3, ("kv", "step", "any"): 3 * 14}
     finally:
-        frames.frames.update(loaded)
+        frames.units.update(units)
 
 
 def eager_op_calls(pipe, req, op: str) -> int:
@@ -145,6 +146,7 @@ def test_one_compiled_decode_call_per_step_for_all_rows():
         return original(h, cos, sin, caches)
 
     talker._bucket = recording
+    before = sum(s.built + s.loaded for s in pipe.steps)
     try:
         requests = [SpeechRequest(f"Row {i} speaks{'.' * 20 * i}", predictor="kv", max_frames=8, seed=i)
                     for i in range(3)]  # prompts of other lengths: caches of other lengths in one call
@@ -153,7 +155,7 @@ def test_one_compiled_decode_call_per_step_for_all_rows():
         del talker._bucket
     assert all(r.stats.frames == 8 for r in results)
     assert calls == [3] * 7  # the first frame comes from the prefill: 7 decode steps, all 3 rows in each
-    assert sum(s.built + s.loaded for s in pipe.steps) == STEPS_UP_TO_4
+    assert sum(s.built + s.loaded for s in pipe.steps) == before >= STEPS_UP_TO_4  # no variant compiled for them
 
 
 @pytest.mark.parametrize("name", ["thinker", "talker"])
@@ -179,23 +181,26 @@ def test_each_row_of_a_compiled_step_gets_the_floats_it_gets_alone(name, kernel_
         for b in range(rows):
             alone = stack.rows_step(h[b:b + 1], cos[b:b + 1], sin[b:b + 1], [caches[b]])
             assert torch.equal(together[b:b + 1], alone), f"{name}: row {b} of {rows} differs from its call alone"
-    cpu = torch.device("cpu")
-    assert stack.rows_step.steps.keys() >= {(1, torch.float32, cpu), (4, torch.float32, cpu)}
+    assert stack.rows_step.built + stack.rows_step.loaded >= 2  # buckets 1 and 4 (a variant each at least)
 
 
-def test_a_step_whose_guards_refuse_a_call_says_so(kernel_threads):
-    """A loaded step checks its guards at every call; every call the engine makes holds them (a free slot
-    after the new position, grad mode off). A call that does not is refused with an error, never run."""
+def test_a_call_that_no_variant_holds_is_never_run_by_one(kernel_threads):
+    """A variant checks its guards at every call; every call the engine makes holds one's (a free slot after
+    the new position, grad mode off). A call that none holds is refused by all of them (and compiled anew if
+    it ever comes: units.py); through the stack, which reserves the slot first, the same call runs a variant
+    there is."""
     pipe = compiled_tiny()
     stack = pipe.talker.model
-    step = stack.rows_step.step(1, torch.float32, torch.device("cpu"))
+    unit = stack.rows_step.unit(torch.float32, torch.device("cpu"))
     cache = stack.new_cache(1, 3, stack.norm.weight)
     cache.length = 2  # the new position fills the buffer: no free slot after it
     h = torch.zeros(1, 1, stack.cfg.hidden_size)
     cos, sin = stack.row_tables([cache], h)
-    with torch.no_grad(), pytest.raises(RuntimeError, match="Guard"):
-        step(h, cos, sin, [cache])
-    with torch.no_grad():  # the same call through the stack: it reserves the slot first
+    with torch.no_grad():
+        args = (stack.layers[0], h, cos, sin, [cache.layer_view(0)])
+        assert unit.variants and not any(variant.guard_check(*args) for variant in unit.variants)
+        before = len(unit.variants)
         got = stack.rows_step(h, cos, sin, [cache])
         want = stack.layers_rows(h, cos, sin, [stack.new_cache(1, 8, stack.norm.weight)])
-    assert got.shape == want.shape and cache.k[0].shape[2] >= 4
+    assert len(unit.variants) == before and cache.k[0].shape[2] >= 4
+    torch.testing.assert_close(got, want)

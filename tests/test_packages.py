@@ -1,11 +1,11 @@
-"""packages.py: what a compiled package's name depends on, and that a failed build leaves nothing
-behind. (Building and loading real packages: test_compiled.py.)"""
+"""packages.py and units.py: what a compiled unit's name depends on, that a unit computes with the weights it is
+given, is read back by a second one, and that a failed build leaves nothing behind. (The engine's units:
+test_compiled.py.)"""
 
 from __future__ import annotations
 
 import copy
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from omni_core.fast import packages
+from omni_core.fast.units import Unit
 from omni_core.models.invariant import Linear, Plan
 
 
@@ -31,16 +32,17 @@ def name(module: torch.nn.Module, **what) -> str:
 def test_the_name_is_stable_and_readable():
     module = small()
     assert name(module) == name(copy.deepcopy(module))
-    assert name(module).startswith("kv-4-float32-cpu-") and name(module).endswith(".pt2")
+    assert name(module).startswith("kv-4-float32-cpu-") and name(module).endswith(".unit")
 
 
-def test_weights_strides_plans_and_shapes_each_change_the_name():
+def test_strides_plans_and_shapes_each_change_the_name_and_the_weights_do_not():
+    """What compiled code depends on names it; the weights' values do not (they are a unit's inputs)."""
     base, names = small(), set()
     names.add(name(base))
     other = copy.deepcopy(base)
     with torch.no_grad():
         other[0].weight[0, 0] += 1e-6  # one bit of one weight
-    names.add(name(other))
+    assert name(other) == name(base)
     layout = copy.deepcopy(base)
     layout[0].weight.data = layout[0].weight.data.t().contiguous().t()  # same values, K-major
     names.add(name(layout))
@@ -49,7 +51,7 @@ def test_weights_strides_plans_and_shapes_each_change_the_name():
     names.add(name(planned))
     names.add(name(base, rows=16))
     names.add(name(base, dtype=torch.bfloat16))
-    assert len(names) == 6
+    assert len(names) == 5
 
 
 def test_the_kernel_threads_change_the_name():
@@ -74,88 +76,79 @@ def test_another_machine_gets_another_name(monkeypatch):
     assert name(module) != here
 
 
-def test_a_failed_build_leaves_no_file(tmp_path):
-    class Unexportable(torch.nn.Module):
-        def forward(self, x):
-            raise ValueError("no graph here")
+def apply(module, x):
+    """A unit's function: a module passed in (its weights become the graph's inputs) and a symbolic batch."""
+    return module(x).relu()
 
-    path = tmp_path / "frame.pt2"
+
+def test_a_failed_build_leaves_no_unit(tmp_path):
+    def broken(x):
+        raise ValueError("no graph here")
+
+    unit = Unit(broken, tmp_path / "broken.unit", "a broken unit", globals())
     with pytest.raises(Exception, match="no graph here"):  # dynamo wraps it
-        packages.build(Unexportable(), (torch.ones(3),), path)
-    assert list(tmp_path.iterdir()) == []
+        unit.ensure([(torch.ones(3),)])
+    assert list(tmp_path.glob("*.unit")) == [] and unit.variants == []
 
 
-def test_packages_unused_for_a_month_are_pruned(tmp_path):
-    old, recent = tmp_path / "kv-4-float32-cpu-old.pt2", tmp_path / "kv-4-float32-cpu-new.pt2"
+def test_files_unused_for_a_month_are_pruned(tmp_path):
+    old, recent = tmp_path / "kv-4-float32-cpu-old.unit", tmp_path / "kv-4-float32-cpu-new.unit"
     for path in (old, recent):
-        path.write_bytes(b"package")
+        path.write_bytes(b"unit")
     month_ago = time.time() - 31 * 86400
     os.utime(old, (month_ago, month_ago))
-    other = tmp_path / "notes.txt"  # not a package: left alone
+    other = tmp_path / "notes.txt"  # not ours: left alone
     other.write_text("keep")
     os.utime(other, (month_ago, month_ago))
     assert packages.prune(tmp_path) == [old]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["kv-4-float32-cpu-new.pt2", "notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kv-4-float32-cpu-new.unit", "notes.txt"]
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """Two real packages (a 3-op module, built in seconds) of the same shapes, the second with other
-    weights: [(module, path)], under their own names in a folder of their own."""
-    folder = tmp_path_factory.mktemp("packages")
+    """A real unit (`apply`, built in seconds) for batches of 2 rows and more, and two modules of the same
+    shapes with other weights: (unit, first, second)."""
     first = small().eval()
     second = copy.deepcopy(first)
     with torch.no_grad():
         second[2].weight.neg_()
-    pairs = [(module, folder / name(module)) for module in (first, second)]
-    for module, path in pairs:
-        packages.build(module, (torch.ones(3, 8),), path)
-    return pairs
-
-
-def test_a_package_computes_with_the_weights_it_was_built_from(built):
-    """Weights are frozen into a package (constants in its C++), so two modules of the same shapes with
-    other weights get packages of their own, and each computes what its own module computes."""
-    (first, first_path), (second, second_path) = built
-    assert first_path != second_path
-    x = torch.randn(3, 8)
+    unit = Unit(apply, tmp_path_factory.mktemp("units") / name(first), "a small unit", globals())
     with torch.no_grad():
-        got = [packages.load(path)(x) for path in (first_path, second_path)]
-        want = [first(x), second(x)]
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w)
-    assert not torch.allclose(got[0], got[1], atol=1e-2)
+        unit.ensure([(first, torch.ones(3, 8)), (first, torch.ones(5, 8))])
+    return unit, first, second
 
 
-def test_loading_marks_a_package_used(built):
-    """Loading a package refreshes its time, so prune keeps it."""
-    (module, path), (_, other) = built
+def test_a_unit_computes_with_the_weights_it_is_given(built):
+    """Weights are inputs of a unit's code, never constants: one compiled unit serves both modules, and each
+    call computes what its own module computes, for every batch size its variant holds."""
+    unit, first, second = built
+    assert unit.built == len(unit.variants) == 1  # 3 and 5 rows: one symbolic batch
+    with torch.no_grad():
+        for rows in (2, 4, 7):
+            x = torch.randn(rows, 8)
+            got = [unit(module, x) for module in (first, second)]
+            for g, module in zip(got, (first, second)):
+                torch.testing.assert_close(g, apply(module, x))
+            assert not torch.allclose(got[0], got[1], atol=1e-2)
+    assert unit.built == 1  # nothing compiled for those calls
+
+
+def test_a_second_unit_reads_the_first_ones_file_and_marks_it_used(built):
+    """A later process's unit reads the variants from the file (no compile), and reading refreshes the file's
+    time, so prune keeps it."""
+    unit, first, _ = built
+    other = unit.path.with_name("kv-4-float32-cpu-other.unit")
+    other.write_bytes(b"unit")
     month_ago = time.time() - 31 * 86400
-    for p in (path, other):
+    for p in (unit.path, other):
         os.utime(p, (month_ago, month_ago))
-    x = torch.randn(3, 8)
+    again = Unit(apply, unit.path, "a small unit", globals())
+    x = torch.randn(6, 8)
     with torch.no_grad():
-        torch.testing.assert_close(packages.load(path)(x), module(x))
-    assert packages.prune(path.parent) == [other] and path.exists() and not other.exists()
-
-
-def test_a_killed_process_leaves_no_extracted_package(built, tmp_path):
-    """torch extracts a package into a temporary folder and deletes it only at a normal exit; `load`
-    deletes it once loaded, so a process that is killed (a stopped Space, an out-of-memory kill) leaves
-    nothing behind (4.7 GB a frame at real size). The package still computes after the deletion."""
-    (module, path), _ = built
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    script = (f"import os, signal, torch\nfrom omni_core.fast import packages\n"
-              f"frame = packages.load({str(path)!r})\n"
-              f"x = torch.ones(3, 8)\nprint(float(frame(x).sum()), flush=True)\n"
-              f"os.kill(os.getpid(), signal.SIGKILL)\n")
-    env = dict(os.environ, TMPDIR=str(temp), PYTHONPATH=str(Path(__file__).parents[1]))
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
-    assert run.returncode == -signal.SIGKILL, run.stderr
-    with torch.no_grad():
-        assert float(run.stdout) == pytest.approx(float(module(torch.ones(3, 8)).sum()), rel=1e-5)
-    assert list(temp.iterdir()) == []
+        again.ensure([(first, x)])
+        torch.testing.assert_close(again(first, x), apply(first, x))
+    assert again.built == 0 and len(again.variants) == 1
+    assert packages.prune(unit.path.parent) == [other] and unit.path.exists() and not other.exists()
 
 
 HOLD = """
@@ -171,9 +164,9 @@ with packages.building(path):
 
 
 def test_a_second_process_waits_for_the_first_ones_build(tmp_path):
-    """Two processes wanting one package (two test workers, two starts at once): the second waits until the
+    """Two processes wanting one unit (two test workers, two starts at once): the second waits until the
     first has built it, then finds it (and loads it) instead of compiling it beside it."""
-    path = tmp_path / "frame.pt2"
+    path = tmp_path / "frame.unit"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]))
     first = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], env=env, stdout=subprocess.PIPE, text=True)
     try:
@@ -184,4 +177,4 @@ def test_a_second_process_waits_for_the_first_ones_build(tmp_path):
     finally:
         first.kill()
         first.stdout.close()
-    assert packages.prune(tmp_path, days=-1) == [path, tmp_path / ".frame.pt2.lock"]  # its lock file goes too
+    assert packages.prune(tmp_path, days=-1) == [path, tmp_path / ".frame.unit.lock"]  # its lock file goes too

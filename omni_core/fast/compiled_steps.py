@@ -22,7 +22,6 @@ import functools
 import os
 
 import torch
-import torch._dynamo
 
 from omni_core.fast import packages
 from omni_core.fast.buckets import bucket, buckets_up_to, chunks
@@ -105,8 +104,6 @@ class CompiledSteps:
         for b in range(size):
             cache = self.stack.new_cache(1, 2 * size + 5 + 3 * b, like)
             cache.length = 2 + b
-            for buf in cache.k + cache.v:
-                torch._dynamo.mark_dynamic(buf, 2)
             caches.append(cache)
         h = torch.zeros(size, 1, self.stack.cfg.hidden_size, dtype=like.dtype, device=like.device)
         cos, sin = self.stack.row_tables(caches, h)

@@ -54,11 +54,15 @@ class Unit:
     def __call__(self, *args):
         """fn(*args) through the first variant whose guards accept the arguments (compiled now if none does:
         `ensure` is there so that this never happens in a request)."""
-        for variant in self.variants:
-            if variant.guard_check(*args):
-                return variant.fn(*args)
-        self.ensure([args])
-        return self(*args)
+        with torch.no_grad():  # what every variant is compiled under (its guards check it)
+            for variant in self.variants:
+                if variant.guard_check(*args):
+                    return variant.fn(*args)
+            self.ensure([args])
+            for variant in self.variants:
+                if variant.guard_check(*args):
+                    return variant.fn(*args)
+        raise RuntimeError(f"{self.what}: the variant compiled for this call does not accept it")
 
     def ensure(self, examples: Iterable[tuple], report: Callable[[str], None] | None = None) -> None:
         """Read the file (once), then compile a variant for every example call that no variant accepts, and
@@ -87,7 +91,8 @@ class Unit:
         report(f"{self.what}: {self._count()} ready in {time.perf_counter() - started:.0f} s")
 
     def _accepted(self, args: tuple) -> bool:
-        return any(variant.guard_check(*args) for variant in self.variants)
+        with torch.no_grad():
+            return any(variant.guard_check(*args) for variant in self.variants)
 
     def _count(self) -> str:
         return f"{len(self.variants)} variant{'s' if len(self.variants) != 1 else ''}"

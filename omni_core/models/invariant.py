@@ -109,7 +109,8 @@ class Linear(nn.Linear):
         self.packed = onednn.pack(self.weight) if plan.kernel is Kernel.ONEDNN else None
 
     def __getstate__(self):  # copy.deepcopy, pickling: a packed weight is opaque, so it is packed again
-        return {**super().__getstate__(), "packed": None}
+        state = super().__getstate__()  # (a copy's attributes are the original's: compiled guards check them)
+        return {**state, "packed": None} if "packed" in state else state
 
     def __setstate__(self, state) -> None:
         super().__setstate__(state)
