@@ -24,8 +24,9 @@ def main() -> None:
                              codec_threads=args.codec_threads or None,
                              codec_processes=args.codec_processes, quantize=args.quantize)
         print(pipe.load_report, flush=True)
-        if pipe.needs_warm_up:  # compiled pieces, CUDA graphs: built now, not in a visitor's request
-            pipe.warm_up(report=lambda message: print(message, flush=True))
+        if pipe.needs_warm_up:  # compiled units, CUDA graphs: built now, not in a visitor's request
+            # On a CPU the units compile in the background and the page serves eagerly until they are ready.
+            pipe.warm_up(report=lambda message: print(message, flush=True), background=pipe.device.type == "cpu")
     except (ValueError, OSError) as exc:  # CheckpointError names the file and the problem
         sys.exit(f"Cannot load model {args.model!r}: {exc}")
     outputs = OutputDir()

@@ -85,8 +85,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="requests that may wait for a batch slot (default: 4 x --max-batch); more are refused "
                              "with a message")
     parser.add_argument("--compile", action="store_true",
-                        help="torch.compile the decode steps: the same codes, several times faster on small "
-                             "models, after a warm-up at start (about a minute per path the first time)")
+                        help="torch.compile the decode steps: the same codes, faster (BENCHMARKS.md, \"Compiled "
+                             "start-up\"); the first start compiles them in the background (minutes) while the page "
+                             "serves eagerly, later starts load them from the cache folder in seconds")
     parser.add_argument("--time-budget", type=float, default=300.0,
                         help="seconds one request may run before it is stopped (default: 300)")
     args = parser.parse_args(argv)

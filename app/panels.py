@@ -26,7 +26,8 @@ def header(info: dict, streaming: bool) -> str:
     family = info.get("family", "qwen3_omni")
     stages, lead = FAMILIES.get(family, FAMILIES["qwen3_omni"])
     path = "".join(f'<span class="stage">{escape(s)}</span><span class="arrow">→</span>' for s in stages)
-    compiled = ", torch.compile'd" if info.get("compiled") else ""
+    compiled = (", compiling: eager until it is ready" if info.get("compiling") else
+                ", torch.compile'd" if info.get("compiled") else "")
     voices = f'{len(info["speakers"])} speakers · ' if info.get("speakers") else ""
     loaded = (f'<b>{escape(info["name"])}</b> on <b>{escape(info["device"])}</b> ({escape(info["dtype"])}{compiled}) · '
               f'{voices}{info["num_code_groups"]} codebooks × {info["codebook_size"]} codes · '

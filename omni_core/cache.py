@@ -6,7 +6,7 @@ the matmul plans, the codec's batching answer and the compiled frames.
 
 Two kinds of entries are only right on the machine that made them: the batch-invariant matmul
 plans (planner/store.py: which row counts share a GEMM kernel is the CPU's and the BLAS's) and
-the compiled predictor frames (fast/packages.py: C++ built with -march=native). A cache folder
+the compiled units (fast/packages.py: C++ built with -march=native). A cache folder
 shared across machines (a network home, a copied ~/.cache) must never hand one machine's
 entries to another, so both keys hold `machine()`.
 """

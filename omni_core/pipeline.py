@@ -76,6 +76,7 @@ class Pipeline:
         self.source, self.random_weights, self.load_report = loaded.source, loaded.random_weights, loaded.report
         self.speakers = sorted(self.config.speakers)
         self.steps = []  # the thinker's and talker's compiled decode steps (compile=True)
+        self.background = None  # the units' build while requests decode eagerly (`warm_up(background=True)`)
         if self.options.compile:
             from omni_core.fast.compiled_steps import compile_steps
             self.steps = [compile_steps(stack.model) for stack in (self.thinker, self.talker) if stack is not None]
@@ -98,6 +99,7 @@ class Pipeline:
         return dict(
             source=self.source, name=Path(self.source).name or self.source, random_weights=self.random_weights,
             device=str(self.device), dtype=str(self.dtype).replace("torch.", ""), compiled=self.compiled,
+            compiling=self.background is not None and not self.background.ready.is_set(),
             batch_invariant=self.options.batch_invariant, exact=self.options.exact, quantize=self.options.quantize,
             cuda_available=torch.cuda.is_available(), **self.abilities,
             default_speaker=self.default_speaker, sample_rate=cfg.sample_rate,
@@ -130,7 +132,8 @@ class Pipeline:
 
     @property
     def compiled(self) -> bool:
-        return self.predictors.compiled is not None
+        """Whether this pipeline decodes compiled (or will, once its background build is done)."""
+        return self.predictors.compiled is not None or self.background is not None
 
     @property
     def active(self) -> int:
@@ -200,21 +203,27 @@ class Pipeline:
         """Whether `warm_up` builds what a request would otherwise wait for: compiled pieces, CUDA graphs."""
         return self.compiled or self.device.type == "cuda"
 
-    def warm_up(self, report=None) -> None:
+    def warm_up(self, report=None, background: bool = False) -> None:
         """Run one short request per decode path, and compile or load (compile=True) or capture (CUDA)
         the predictor for every batch bucket up to max_batch, so that this happens now and not in a
-        user's request. report(message), e.g. print: told what is compiled or loaded, and how long it took."""
+        user's request. report(message), e.g. print: told what is compiled or loaded, and how long it took.
+        background (compile=True): the units are built or loaded in a thread of their own, and requests
+        decode eagerly until they are ready, then compiled (fast/background.py: `self.background.ready`); the
+        short requests still run now (eagerly: a second or two)."""
         report = report or (lambda message: None)
         started, rows = time.perf_counter(), self.engine.max_batch
-        compiled = self.predictors.compiled
+        if background and self.predictors.compiled is not None and self.background is None:
+            from omni_core.fast.background import compile_in_background
+            self.background = compile_in_background(self, report)  # takes the units off until they are ready
+        compiled = self.predictors.compiled if self.background is None else None
         pieces = [torch.no_grad()(frame) for frame in (compiled.pieces(rows) if compiled else [])]
-        pieces += [step for stack_steps in self.steps for step in stack_steps.pieces(rows)]  # thinker's, talker's
+        pieces += [step for stack_steps in (self.steps if compiled else []) for step in stack_steps.pieces(rows)]
         if pieces:
-            report(f"{len(pieces)} compiled pieces to load (or, the first time, to compile: minutes): the predictor "
-                   f"frames and the decode steps for batches of up to {rows} rows")
-        for i, piece in enumerate(pieces, 1):  # "[3/18] compiling the kv predictor frame for 1 row, greedy ..."
+            report(f"{len(pieces)} compiled pieces to load (or, the first time, to compile): the predictor's steps "
+                   f"and the decoder layers for batches of up to {rows} rows")
+        for i, piece in enumerate(pieces, 1):  # "[3/10] compiling the kv predictor's step (greedy) ..."
             self.engine.call(piece, lambda message, i=i: report(f"[{i}/{len(pieces)}] {message}"))
-        self.engine.call(torch.no_grad()(self.predictors.warm_up), rows, report)  # CUDA graphs (frames: done)
+        self.engine.call(torch.no_grad()(self.predictors.warm_up), rows)  # CUDA graphs (the units: done above)
         mode = "chat" if self.abilities["chat"] else "speak"
         extra = {}
         if self.abilities["clone"]:  # a second of a tone: the clone path's encoders warm up too
@@ -225,7 +234,7 @@ class Pipeline:
             for do_sample in (False, True):
                 self.generate(SpeechRequest("warm up", mode=mode, predictor=predictor, do_sample=do_sample,
                                             max_frames=3, max_text_tokens=3, **extra))
-        if self.compiled:
+        if compiled is not None:
             report(f"warm-up done in {time.perf_counter() - started:.0f} s (the last {time.perf_counter() - requests:.0f} s: "
                    f"a short request per decode path)")
 

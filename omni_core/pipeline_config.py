@@ -25,8 +25,8 @@ class PipelineConfig:
     thread (engine/threads.py: the caller's thread runs no kernels), so it can have all the cores.
     time_budget_s: the most one request may run, from when the engine admits it, before it is
     stopped (None: no limit; otherwise a positive number of seconds).
-    compile: decode with torch.compile'd steps and predictor frames (fast/compiled.py): the same codes,
-    several times faster on small models; the first request of each kind compiles first.
+    compile: decode through compiled units (fast/units.py: one predictor step, one decoder layer): the same
+    codes, several times faster on small models; `warm_up` compiles them (the first start) or loads them.
     revision: the hub id's branch, tag or commit (None: the default branch).
     force: load even when the memory check (loading/memory.py) says the weights do not fit.
     max_batch: the most requests the engine advances together; more wait their turn.

@@ -20,20 +20,21 @@ import torch
 from torch._dynamo.utils import counters
 
 from omni_core import SpeechRequest, load_pipeline
+from omni_core.events import Done
 from omni_core.fast.buckets import buckets_up_to
 from tests.conftest import our_pipeline
 
 
 # The kernel threads of every compiled pipeline here: a Space's engine runs on every core (2 on a free CPU Space),
-# and a package is built for its kernel threads (packages.key), so one thread count builds each piece once.
+# and a unit is built for its kernel threads (packages.key), so one thread count builds each unit once.
 THREADS = 2
 WARM_UP_GRAPHS: dict[tuple, int] = {}  # (preset, backwards) → graphs dynamo compiled while it warmed up, less what it built
 
 
 @contextlib.contextmanager
 def engine_threads():
-    """This thread's kernels on the compiled pipelines' THREADS while a test calls their frames and steps directly,
-    as the engine's thread runs them (a package's name holds the threads it was built for). Not around loading
+    """This thread's kernels on the compiled pipelines' THREADS while a test calls their units directly,
+    as the engine's thread runs them (a unit's name holds the threads it was built for). Not around loading
     an eager pipeline: it would get the calling thread's threads."""
     before = torch.get_num_threads()
     torch.set_num_threads(THREADS)
@@ -45,11 +46,11 @@ def engine_threads():
 
 @functools.lru_cache(maxsize=None)
 def compiled_pipeline(preset: str, backwards: bool = False):
-    """One compiled pipeline per preset for the whole session (each graph compiles for a minute or more).
+    """One compiled pipeline per preset for the whole session (its units compile for a minute in all).
     At most 4 requests per step: buckets 1 and 4. 'tiny' is warmed up at once, as `app.py --compile`
     does: every path compiled before its first request (which test_after_warm_up_nothing_compiles_again
     holds it to, and which the other tests then reuse). backwards: test_compiled_batches.py's, which first
-    builds the pieces in the opposite order (`warm_up_backwards`)."""
+    builds the units in the opposite order (`warm_up_backwards`)."""
     pipe = load_pipeline(preset, device="cpu", compile=True, max_batch=4, threads=THREADS)
     if preset == "tiny":
         report = functools.partial(print, f"{preset} warm-up{' backwards' if backwards else ''}:", file=sys.stderr)
@@ -63,10 +64,10 @@ def compiled_pipeline(preset: str, backwards: bool = False):
 
 
 def warm_up_backwards(pipe, report) -> None:
-    """Load or build the predictor frames and decode steps `warm_up` does, in the opposite order. The suite's
-    two workers start test_compiled.py and test_compiled_batches.py together, cold: each builds the pieces
-    the other builds last, and waits for and loads those the other is building (packages.building), so
-    the two split the compiling between them instead of each doing all of it."""
+    """Load or build the units `warm_up` does, in the opposite order. The suite's two workers start
+    test_compiled.py and test_compiled_batches.py together, cold: each builds the units the other builds last,
+    and waits for and loads those the other is building (packages.building), so the two split the compiling
+    between them instead of each doing all of it."""
     frames = [torch.no_grad()(frame) for frame in pipe.predictors.compiled.pieces(4)]  # as Pipeline.warm_up
     for piece in reversed(frames + [step for steps in pipe.steps for step in steps.pieces(4)]):
         pipe.call(piece, report)
@@ -192,3 +193,34 @@ def test_a_second_process_loads_the_compiled_frames_instead_of_compiling():
     assert (second["steps_built"], second["steps_loaded"]) == (0, steps), said
     np.testing.assert_array_equal(np.array(second["codes"]), pipe.generate(SpeechRequest(**args)).codes)
     print(f"second start with compile=True ready in {second['ready_s']:.1f} s")
+
+
+def test_a_background_build_serves_eagerly_and_takes_over_between_requests():
+    """warm_up(background=True), as app.py starts on a CPU: requests decode eagerly while the units are built or
+    loaded in a thread of their own; the units take over only when no request is in flight (a request decodes
+    wholly one way), and from then on requests decode compiled, with the eager codes either way."""
+    compiled_pipeline("tiny")  # the units are in the cache folder by now: the background build loads them
+    pipe = load_pipeline("tiny", device="cpu", compile=True, max_batch=4, threads=THREADS)
+    units = pipe.predictors.compiled
+    try:
+        events = pipe.stream(request("kv", frames=FRAMES))
+        next(events)  # running before the build starts
+        pipe.warm_up(background=True)  # its short requests decode beside the long one, eagerly
+        assert pipe.info["compiled"] and pipe.info["compiling"]
+        for event in events:
+            assert pipe.predictors.compiled is None and not pipe.background.ready.is_set()  # the long one is in flight
+            if isinstance(event, Done):
+                during = event.result
+        assert pipe.background.ready.wait(120) and pipe.background.error is None
+        assert pipe.predictors.compiled is units and pipe.talker.model.rows_step is not None
+        assert not pipe.info["compiling"] and units.built + units.loaded > 0
+        called = []
+        for what, unit in list(units.units.items()):  # counted: the next request runs them
+            units.units[what] = lambda *args, unit=unit: (called.append(what), unit(*args))[1]
+        after = pipe.generate(request("kv", frames=FRAMES))
+    finally:
+        pipe.close()
+    assert len(called) == FRAMES * 15
+    want = our_pipeline("tiny").generate(request("kv", frames=FRAMES))
+    for got in (during, after):
+        np.testing.assert_array_equal(got.codes, want.codes)

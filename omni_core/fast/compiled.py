@@ -1,4 +1,4 @@
-"""Compiled code predictor frames: `load_pipeline(..., compile=True)` (the decode steps: compiled_steps.py).
+"""The compiled code predictor: `load_pipeline(..., compile=True)` (the decode steps: compiled_steps.py).
 
 Decoding a small model in eager PyTorch is bound by dispatch, not arithmetic: a tiny predictor frame is
 some 400 ops of a few µs each, and at Qwen3-TTS's widths ~75 layer-steps a frame cost ~40 ms of norms,

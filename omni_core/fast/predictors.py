@@ -2,12 +2,12 @@
 
 `Predictors.run_rows(kinds, graphs, h, e0, generators)` predicts CB1..CB15 for every row of a step, each
 row on its own kind: eager, one pass for both kinds (`predict_both`: every matmul once for all rows); in
-exact mode, and for compiled frames and CUDA graphs (their shapes are fixed per kind), one `run` per
+exact mode, and for the compiled predictor and CUDA graphs (each runs one kind), one `run` per
 (kind, graph).
 `Predictors.run(kind, h, e0, generators, use_graph)` predicts for rows of one kind in one call:
 "reprefill" replays a CUDA graph on CUDA (unless a request opts out), runs the compiled
-frame with `compile=True`, else eager; "kv" is compiled or eager. A batch whose rows all decode
-greedily (the default) draws no noise and, compiled, runs the greedy-only frame. Rows may mix greedy
+predictor step with `compile=True`, else eager; "kv" is compiled or eager. A batch whose rows all decode
+greedily (the default) draws no noise and, compiled, runs the greedy-only units. Rows may mix greedy
 and sampled requests: each sampled row's noise comes from its own generator, greedy rows
 take the argmax (`choose(greedy_rows=...)`), so a row gets what it gets alone. Every path also
 returns each code's top-5 alternatives, computed in the same call (`alternatives=5`).
@@ -78,7 +78,7 @@ class Predictors:
 
     def warm_up(self, max_rows: int, report=None) -> None:
         """Compile or load (compile=True) and capture (CUDA) every bucket a batch of up to max_rows rows
-        uses; report(message) is told about each compiled frame."""
+        uses; report(message) is told about each compiled unit."""
         if self.compiled is not None:
             self.compiled.warm_up(max_rows, report)
         if self.device.type == "cuda":
@@ -87,7 +87,7 @@ class Predictors:
     def _run(self, kind: str, h: torch.Tensor, e0: torch.Tensor, generators: list[torch.Generator | None],
              use_graph: bool):
         sampling, noise, greedy_rows = self._choice(generators)
-        if noise is None and not use_graph:  # every row greedy: no noise, the greedy-only compiled frame
+        if noise is None and not use_graph:  # every row greedy: no noise, the greedy-only compiled units
             if self.compiled is not None:
                 return self.compiled.run(kind, h, e0)
             return EAGER[kind](self.cp, h, e0, GREEDY, alternatives=TOP_K_ALTERNATIVES)
