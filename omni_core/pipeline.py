@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from omni_core.audio import MAX_SECONDS, SAMPLE_RATE, clean_audio
+from omni_core.audio import MAX_SECONDS, clean_audio
 from omni_core.engine import Engine, Sequence, SpeechModel, Stream
 from omni_core.engine.scheduler import MAX_UNREAD, STALL_S
 from omni_core.engine.threads import in_passing_thread
@@ -209,34 +208,9 @@ class Pipeline:
         user's request. report(message), e.g. print: told what is compiled or loaded, and how long it took.
         background (compile=True): the units are built or loaded in a thread of their own, and requests
         decode eagerly until they are ready, then compiled (fast/background.py: `self.background.ready`); the
-        short requests still run now (eagerly: a second or two)."""
-        report = report or (lambda message: None)
-        started, rows = time.perf_counter(), self.engine.max_batch
-        if background and self.predictors.compiled is not None and self.background is None:
-            from omni_core.fast.background import compile_in_background
-            self.background = compile_in_background(self, report)  # takes the units off until they are ready
-        compiled = self.predictors.compiled if self.background is None else None
-        pieces = [torch.no_grad()(frame) for frame in (compiled.pieces(rows) if compiled else [])]
-        pieces += [step for stack_steps in (self.steps if compiled else []) for step in stack_steps.pieces(rows)]
-        if pieces:
-            report(f"{len(pieces)} compiled pieces to load (or, the first time, to compile): the predictor's steps "
-                   f"and the decoder layers for batches of up to {rows} rows")
-        for i, piece in enumerate(pieces, 1):  # "[3/10] compiling the kv predictor's step (greedy) ..."
-            self.engine.call(piece, lambda message, i=i: report(f"[{i}/{len(pieces)}] {message}"))
-        self.engine.call(torch.no_grad()(self.predictors.warm_up), rows)  # CUDA graphs (the units: done above)
-        mode = "chat" if self.abilities["chat"] else "speak"
-        extra = {}
-        if self.abilities["clone"]:  # a second of a tone: the clone path's encoders warm up too
-            tone = 0.3 * np.sin(np.arange(SAMPLE_RATE) * 2 * np.pi * 220 / SAMPLE_RATE)
-            extra = dict(reference_audio=(SAMPLE_RATE, tone.astype(np.float32)), reference_text="warm up")
-        requests = time.perf_counter()
-        for predictor in ("reprefill", "kv"):
-            for do_sample in (False, True):
-                self.generate(SpeechRequest("warm up", mode=mode, predictor=predictor, do_sample=do_sample,
-                                            max_frames=3, max_text_tokens=3, **extra))
-        if compiled is not None:
-            report(f"warm-up done in {time.perf_counter() - started:.0f} s (the last {time.perf_counter() - requests:.0f} s: "
-                   f"a short request per decode path)")
+        short requests still run now (eagerly: a second or two). (warm_up.py)"""
+        from omni_core.warm_up import warm_up
+        warm_up(self, report, background)
 
     def score(self, codes, request: SpeechRequest, k: int = 5, keep: bool = False):
         """Teacher-forced: how likely this model finds `codes` [T, 16] for `request` (its text, mode, speaker,
