@@ -6,8 +6,10 @@ decodes eagerly at once, and builds or loads the units in a thread of its own (d
 compiler runs there; the engine's thread keeps serving). When every unit is ready they go back on, between two
 steps with no request in flight: a request decodes wholly eagerly or wholly compiled, never half of each.
 
-Eager and compiled give the same codes (tests/test_compiled.py), so a visitor hears the same take before and
-after; only the speed changes.
+Where eager and compiled give the same codes (the tiny model in float32: tests/test_compiled.py) a visitor hears
+the same take before and after, only faster. At real widths they do not (BENCHMARKS.md, "Compiled start-up"): each
+request is still decoded wholly by one of the two, so it equals its own solo run on that path, but the same request
+sent before and after the take-over may get another take.
 """
 
 from __future__ import annotations
