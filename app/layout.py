@@ -26,7 +26,7 @@ SPECTRO_KINDS = [("log-mel", "mel"), ("waveform", "wave")]
 
 def page(info: dict, streaming: bool) -> SimpleNamespace:
     p = SimpleNamespace()
-    gr.HTML(panels.header(info, streaming), elem_id="header", js_on_load=None)
+    p.header = gr.HTML(panels.header(info, streaming), elem_id="header", js_on_load=None)
     p.take = gr.State(None)
     p.pinned = gr.State(None)  # take A of an A/B comparison
     with gr.Row(equal_height=False, elem_id="main"):

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from app import layout
+from app import layout, panels
 from app.files import OutputDir
 from app.handlers import Lab, SynthOut
 from app.recording import EncodeOut, Recording
@@ -33,6 +33,8 @@ def build_ui(pipe, outputs: OutputDir) -> gr.Blocks:
         p = layout.page(info, streaming)
         lab, studio = Lab(pipe, outputs, streaming), Studio(pipe, outputs)
         wire(p, lab, studio, Recording(pipe, outputs, lab.figure), Scorer(pipe, lab, studio))
+        if info.get("compiling"):  # a page opened after the background build says so (compiled, not compiling)
+            demo.load(lambda: panels.header(pipe.info, streaming), outputs=p.header, queue=False)
     # As many handlers run at once as the engine batches; more wait in a bounded queue.
     return demo.queue(default_concurrency_limit=info["max_batch"], max_size=info["max_waiting"])
 

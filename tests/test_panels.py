@@ -24,6 +24,8 @@ def test_header_says_which_model_and_whether_compiled():
     plain = panels.header(info, streaming=True)
     assert "tiny" in plain and "Random weights" in plain and "compile" not in plain
     assert "torch.compile'd" in panels.header({**info, "compiled": True}, streaming=True)
+    compiling = panels.header({**info, "compiled": True, "compiling": True}, streaming=True)
+    assert "compiling: eager until it is ready" in compiling and "torch.compile'd" not in compiling
 
 
 def test_header_says_when_audio_cannot_stream_and_names_a_real_model_plainly():
