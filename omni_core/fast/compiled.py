@@ -26,7 +26,7 @@ import torch
 
 from omni_core.fast import packages
 from omni_core.fast.buckets import BUCKETS
-from omni_core.fast.units import Unit
+from omni_core.fast.units import Unit, Units
 from omni_core.models.code_predictor import GREEDY, CodePredictor
 from omni_core.models.sampling import TOP_K_ALTERNATIVES, choose_with_alternatives
 
@@ -52,7 +52,7 @@ def predictor_step(cp: CodePredictor, x, cos, sin, cache, head, embedding, noise
     return code, prob, embedding(code), top_ids, top_probs
 
 
-class CompiledPredictors:
+class CompiledPredictors(Units):
     """`predict_kv` and `predict_reprefill` as loops over compiled units (`predictor_step`), the units
     kept in the cache folder: the first process compiles them, later ones read them."""
 
@@ -62,16 +62,6 @@ class CompiledPredictors:
         self.cp = cp
         self.units: dict[tuple, Unit] = {}  # (name, part, sampling, dtype, device) → its unit
         self._digest: str | None = None  # of the predictor's shapes and plans (its weights are inputs)
-
-    @property
-    def built(self) -> int:
-        """Variants this process compiled."""
-        return sum(unit.built for unit in self.units.values())
-
-    @property
-    def loaded(self) -> int:
-        """Variants read from the cache folder."""
-        return sum(len(unit.variants) - unit.built for unit in self.units.values())
 
     def run(self, name: str, h: torch.Tensor, e0: torch.Tensor, noise: torch.Tensor | None = None,
             greedy_rows: torch.Tensor | None = None):

@@ -25,7 +25,7 @@ import torch
 
 from omni_core.fast import packages
 from omni_core.fast.buckets import bucket, buckets_up_to, chunks
-from omni_core.fast.units import Unit
+from omni_core.fast.units import Unit, Units
 from omni_core.models.decoder import DecoderLayer, DecoderStack
 from omni_core.models.layers import KVCache
 
@@ -37,7 +37,7 @@ def layer_rows(layer: DecoderLayer, h, cos, sin, caches: list[KVCache]):
     return layer.decode_rows(h, cos, sin, caches, index=0)
 
 
-class CompiledSteps:
+class CompiledSteps(Units):
     """A stack's decode step (`DecoderStack.layers_rows`) through one compiled layer: B rows in one call per
     layer, padded with spare rows (zero inputs, caches of their own that are written, never advanced).
 
@@ -49,14 +49,6 @@ class CompiledSteps:
         self.units: dict[tuple, Unit] = {}  # (dtype, device) → the layer's unit
         self._spares: list[KVCache] = []
         self._digest: str | None = None  # of the stack's shapes and plans (its weights are inputs)
-
-    @property
-    def built(self) -> int:
-        return sum(unit.built for unit in self.units.values())
-
-    @property
-    def loaded(self) -> int:
-        return sum(len(unit.variants) - unit.built for unit in self.units.values())
 
     def __call__(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
         """layers_rows for B rows: h [B, 1, C], cos/sin [B, 1, 1, D] → [B, 1, C] (caches written, not advanced)."""

@@ -138,3 +138,19 @@ def compile_function(fn: Callable, args: tuple):
     with torch.no_grad(), torch._dynamo.config.patch(specialize_float=True), \
             torch.fx.experimental._config.patch(use_duck_shape=False):
         return torch.compile(fn, fullgraph=True, dynamic=True, options=OPTIONS).aot_compile((args, {}))
+
+
+class Units:
+    """A holder of units (`self.units`: key → Unit): how many variants this process compiled and read."""
+
+    units: dict
+
+    @property
+    def built(self) -> int:
+        """Variants this process compiled."""
+        return sum(unit.built for unit in self.units.values())
+
+    @property
+    def loaded(self) -> int:
+        """Variants read from the cache folder."""
+        return sum(len(unit.variants) - unit.built for unit in self.units.values())
