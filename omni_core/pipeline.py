@@ -59,7 +59,9 @@ def load_pipeline(source: str | Path = "tiny", *, device: str = "auto", dtype: s
     log.info(loaded.report)
     if config.codec_threads is not None and loaded.device.type != "cpu":
         raise ValueError(f"codec_threads runs the codec on CPU threads; this model is on {loaded.device}")
-    return Pipeline(loaded, config)
+    # The pipeline's own set-up runs kernels too (the family's prompt pieces: a text projection), and a
+    # caller's thread that runs one keeps an OpenMP team for good, which throttles the engine's (threads.py).
+    return in_passing_thread(config.num_threads, Pipeline, loaded, config)
 
 
 class Pipeline:

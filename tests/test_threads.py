@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from omni_core.engine.threads import in_passing_thread, rest_engines
 from omni_core.pipeline import load_pipeline
@@ -72,6 +73,31 @@ def test_loading_leaves_the_calling_thread_without_kernel_threads():
         release.set()
         thread.join()
         box["pipe"].close()
+
+
+class Ops(TorchDispatchMode):
+    """Every torch op dispatched in the thread that entered it (a dispatch mode is the thread's own)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("source", ["tiny", "tiny-tts"])
+def test_load_pipeline_runs_no_torch_op_in_the_callers_thread(source):
+    """Not one op, not only no team: the tiny widths start no OpenMP team where the real ones do (at 0.6B
+    the Qwen3-TTS prompt pieces' text projection did, in the caller's thread: its team then throttled the
+    engine's, a lone request's predictor 104 against 75 ms a frame, BENCHMARKS.md)."""
+    with Ops() as seen:
+        pipe = load_pipeline(source, device="cpu", max_batch=2)
+    try:
+        assert seen.ops == []
+    finally:
+        pipe.close()
 
 
 @needs_proc

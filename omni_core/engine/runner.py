@@ -21,6 +21,7 @@ from omni_core.engine.codec_stream import Codec, CodecStream, LocalCodec
 from omni_core.engine.sequence import Sequence
 from omni_core.engine.speech_model import SpeechModel
 from omni_core.events import TextDelta
+from omni_core.models.invariant import prompt_pieces
 from omni_core.models.layers import KVCache
 from omni_core.models.sampling import (choose, choose_with_alternatives, draw_noise, repetition_penalty,
                                        suppress)
@@ -112,9 +113,11 @@ class Runner:
         """The next piece of each request's prompt for `stage` ("thinker" or "talker") → per request, after its
         thinker prompt's last piece the logits [1, V] its reply's first token is chosen from (`take_token`),
         else None; after the talker prompt's last piece its first frame's hidden state is `seq.hidden`.
-        Several requests: one call, their pieces packed (`DecoderStack.prefill_rows`; each piece gets its own
-        call's floats); one: its own call, shaped as the official code shapes it (the logits from all its
-        positions), which is exact mode's. A call that raises leaves every request as it was."""
+        Several requests: one call, their pieces packed (`DecoderStack.prefill_rows`); one: its own call, shaped
+        as the official code shapes it (the logits from all its positions), which is exact mode's. Either way
+        each piece's matmuls run as one call of its own rows on the fastest kernel (`prompt_pieces`): a piece's
+        floats are those of its own length, never of its neighbours'. A call that raises leaves every request
+        as it was."""
         m, thinker = self.model, stage == "thinker"
         stack = m.thinker.model if thinker else m.talker.model
         cuts = [self._cut(s.thinker_todo if thinker else s.talker_todo) for s in seqs]
@@ -122,11 +125,12 @@ class Runner:
         caches = [s.thinker_cache if thinker else s.talker_cache for s in seqs]
         ends = [rest is None for _, rest in cuts]  # whose last piece this is
         with lengths_kept_on_error(caches):
-            if len(seqs) == 1:
-                hidden = [stack(pieces[0], caches[0], caches[0].length)]
+            with prompt_pieces(piece.shape[1] for piece in pieces):  # each piece's matmuls a call of its own
+                lone = len(seqs) == 1
+                hidden = [stack(pieces[0], caches[0], caches[0].length)] if lone else stack.prefill_rows(pieces, caches)
+            if lone:  # hidden [1, T, C]
                 out = [m.thinker.lm_head(hidden[0])[:, -1] if thinker and ends[0] else hidden[0][:, -1]]
             else:
-                hidden = stack.prefill_rows(pieces, caches)  # each [1, T, C]
                 out = [h[:, -1] for h in hidden]  # [1, C]
                 if thinker and any(ends):  # the reply's first tokens: one matmul of the last pieces' last rows
                     logits = iter(m.thinker.lm_head(torch.cat([h for h, end in zip(out, ends) if end])).split(1))

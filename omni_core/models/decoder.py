@@ -90,9 +90,9 @@ class DecoderStack(nn.Module):
     def prefill_rows(self, pieces: list[torch.Tensor], caches: list[KVCache]) -> list[torch.Tensor]:
         """The next prompt piece of each of several requests with their own caches, in one call:
         pieces[b] [1, T_b, C] at positions caches[b].length.. → each one's normed hidden [1, T_b, C].
-        The pieces are packed into one sequence [1, ΣT, C], each a group of one row (`forward_groups`): every
-        matmul runs over all its rows at once (batch-invariant: a row's bits do not depend on the call's rows)
-        and each piece attends over its own cache only, so a piece's floats are those of its own `forward`.
+        The pieces are packed into one sequence [1, ΣT, C], each a group of one row (`forward_groups`): each
+        piece attends over its own cache only, and its matmuls are calls of its own rows (the caller's
+        `invariant.prompt_pieces`), so a piece's floats are those of its own `forward`.
         Eager (prompts are not compiled)."""
         sizes = [p.shape[1] for p in pieces]
         h = self.forward_groups(torch.cat(pieces, dim=1), [(1, T, cache) for T, cache in zip(sizes, caches)])

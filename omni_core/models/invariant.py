@@ -9,10 +9,17 @@ finds it once at load by probing the real kernel, and this module only applies i
 
 Exact mode (`load_pipeline(exact=True)`) and `batch_invariant=False` run every matmul as PLAIN: one
 F.linear per call, as the official implementations call it, with nothing probed.
+
+A prompt's prefill is compute, not a weight read, and its piece's length is the prompt's alone: inside
+`prompt_pieces(sizes)` every Linear multiplies each piece's rows in one call on the fastest kernel it has (the
+packed oneDNN weight, else F.linear), however many pieces share the call, not in the plan's blocks. A
+piece's bits then depend on its own length, never on who else is prefilled beside it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 from typing import NamedTuple
 
@@ -46,6 +53,19 @@ ONEDNN = Plan(1, onednn.BATCH_HINT, Kernel.ONEDNN)  # no padding, blocks of up t
 # one, a symbolic size splits the graph into a variant per block count: 10 for a re-prefill step of the tiny model
 # on a CPU whose GEMM holds for 2-3 rows), and such a GEMM costs its call, not its arithmetic.
 COMPILED_GEMM_MIN = 1 << 20
+# The rows of each prompt piece in the call being run (`prompt_pieces`); None: the plans apply.
+_PIECES: contextvars.ContextVar[tuple[int, ...] | None] = contextvars.ContextVar("prefill_pieces", default=None)
+
+
+@contextlib.contextmanager
+def prompt_pieces(sizes):
+    """While it lasts, a Linear's call of sum(sizes) rows is the prompt pieces of these lengths, packed in
+    order: each piece is multiplied in one call of its own (module docstring)."""
+    token = _PIECES.set(tuple(int(n) for n in sizes))
+    try:
+        yield
+    finally:
+        _PIECES.reset(token)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -102,7 +122,20 @@ class Linear(nn.Linear):
     packed: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias, self.plan, self.packed)
+        sizes = _PIECES.get()
+        if sizes is None or self.plan == PLAIN or torch.compiler.is_compiling():
+            return linear(x, self.weight, self.bias, self.plan, self.packed)
+        return self._by_piece(x, sizes)
+
+    def _by_piece(self, x: torch.Tensor, sizes: tuple[int, ...]) -> torch.Tensor:
+        """x [..., ΣT, K] the packed pieces' rows → [..., ΣT, N], each piece's rows one call (`prompt_pieces`)."""
+        rows = x.reshape(-1, x.shape[-1])
+        if rows.shape[0] != sum(sizes):
+            raise ValueError(f"a prefill call of {rows.shape[0]} rows for pieces of {list(sizes)} positions")
+        whole = (lambda r: onednn.linear(r, self.packed, self.bias, self.out_features, r.shape[0])) \
+            if self.packed is not None else (lambda r: F.linear(r, self.weight, self.bias))
+        out = [whole(piece.contiguous()) for piece in rows.split(sizes)]
+        return (out[0] if len(out) == 1 else torch.cat(out)).view(*x.shape[:-1], self.out_features)
 
     def set_plan(self, plan: Plan) -> None:
         self.plan = plan
