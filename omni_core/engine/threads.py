@@ -9,8 +9,9 @@ beside a second, idle team; a real-size code-predictor frame 244 against 293 ms;
 loaded in the caller's thread (a second team for good), a lone tiny-model request ran 1.5-1.9x
 slower and 8 at once 2.2-2.5x slower than now. So:
 
-- a pipeline loads its weights (init, the batch-invariant plans' probes) `in_passing_thread`,
-  which ends and takes its team with it;
+- a pipeline loads its weights (init, the batch-invariant plans' probes) and is made (its family's
+  set-up runs kernels: Qwen3-TTS projects its special tokens' text at 0.6B widths, a parallel region)
+  `in_passing_thread`, which ends and takes its team with it;
 - an engine's thread on a CPU ends when it has been idle for `IDLE_EXIT_S` (`idle_exit_s`: on a GPU
   it stays), or at once when idle after `rest_engines()`, and a new one starts at the next request
   (engine/loop.py), so idle pipelines keep no team alive. Not sooner: a new thread's first request runs ~15 ms slower (its talker
