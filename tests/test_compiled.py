@@ -20,6 +20,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from omni_core import SpeechRequest, load_pipeline
+from omni_core.engine.sequence import Sequence
 from omni_core.events import Done
 from omni_core.fast.buckets import buckets_up_to
 from tests.conftest import our_pipeline
@@ -195,22 +196,33 @@ def test_a_second_process_loads_the_compiled_frames_instead_of_compiling():
     print(f"second start with compile=True ready in {second['ready_s']:.1f} s")
 
 
-def test_a_background_build_serves_eagerly_and_takes_over_between_requests():
+def test_a_background_build_serves_eagerly_and_takes_over_between_requests(monkeypatch):
     """warm_up(background=True), as app.py starts on a CPU: requests decode eagerly while the units are built or
     loaded in a thread of their own; the units take over only when no request is in flight (a request decodes
     wholly one way), and from then on requests decode compiled, with the eager codes either way."""
     compiled_pipeline("tiny")  # the units are in the cache folder by now: the background build loads them
     pipe = load_pipeline("tiny", device="cpu", compile=True, max_batch=4, threads=THREADS)
     units = pipe.predictors.compiled
+    long = request("kv", frames=FRAMES)
+    eager_when_emitted = []  # per event of the long request, in the engine's thread as it is emitted (a reader
+    emit = Sequence.emit  # that lags behind may read the last ones after the take-over)
+
+    def noted(seq, event):
+        if seq.req.text == long.text and seq.req.max_frames == FRAMES:  # (the engine holds a checked copy)
+            eager_when_emitted.append(pipe.predictors.compiled is None and not pipe.background.ready.is_set())
+        emit(seq, event)
+
     try:
-        events = pipe.stream(request("kv", frames=FRAMES))
+        events = pipe.stream(long)
         next(events)  # running before the build starts
         pipe.warm_up(background=True)  # its short requests decode beside the long one, eagerly
+        monkeypatch.setattr(Sequence, "emit", noted)
         assert pipe.info["compiled"] and pipe.info["compiling"]
         for event in events:
-            assert pipe.predictors.compiled is None and not pipe.background.ready.is_set()  # the long one is in flight
             if isinstance(event, Done):
                 during = event.result
+        monkeypatch.undo()
+        assert eager_when_emitted and all(eager_when_emitted)  # the long one was in flight
         assert pipe.background.ready.wait(120) and pipe.background.error is None
         assert pipe.predictors.compiled is units and pipe.talker.model.rows_step is not None
         assert not pipe.info["compiling"] and units.built + units.loaded > 0

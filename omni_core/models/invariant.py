@@ -122,8 +122,9 @@ class Linear(nn.Linear):
     packed: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        sizes = _PIECES.get()
-        if sizes is None or self.plan == PLAIN or torch.compiler.is_compiling():
+        # (Graphs are decode steps, never prefills; and dynamo cannot trace a ContextVar: asked first.)
+        sizes = None if torch.compiler.is_compiling() else _PIECES.get()
+        if sizes is None or self.plan == PLAIN:
             return linear(x, self.weight, self.bias, self.plan, self.packed)
         return self._by_piece(x, sizes)
 
