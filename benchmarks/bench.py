@@ -38,6 +38,17 @@ import torch
 from omni_core.engine.threads import in_passing_thread, rest_engines
 
 
+def worktree(rev: str, under: Path) -> Path:
+    """A git worktree of commit `rev` at under/tree-REV (made the first time), to run another commit's code."""
+    import subprocess
+
+    tree = under / f"tree-{rev}"
+    if not tree.exists():
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=Path(__file__).resolve().parents[1],
+                       check=True)
+    return tree
+
+
 def interleaved(cases: dict, repeats: int, warmup: int = 1, fresh_thread: bool = True) -> dict[str, float]:
     """Median seconds per call of each case, calls interleaved across cases. Each call runs `alone`."""
     for fn in cases.values():

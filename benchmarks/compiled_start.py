@@ -125,9 +125,9 @@ class Other:
     """The `serve` process of another commit's tree (a worktree at `rev`, on its own cache folder)."""
 
     def __init__(self, rev: str, size: str, way: str, max_batch: int, counts, frames: int):
-        tree = CACHE / f"tree-{rev}"
-        if not tree.exists():
-            subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT, check=True)
+        from benchmarks.bench import worktree
+
+        tree = worktree(rev, CACHE)
         cache = CACHE / f"cache-{rev}"
         shutil.copytree(CACHE / "plans", cache / "plans", dirs_exist_ok=True)
         for entry in CACHE.iterdir():  # the checkpoints (written by this tree: the same bytes)

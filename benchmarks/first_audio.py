@@ -80,11 +80,9 @@ class Server:
     """`serve` in a process of its own, on the tree of `rev` (None: this tree)."""
 
     def __init__(self, rev: str | None, way: str):
-        tree = ROOT
-        if rev is not None:
-            tree = CACHE / f"tree-{rev}"
-            if not tree.exists():
-                subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT, check=True)
+        from benchmarks.bench import worktree
+
+        tree = ROOT if rev is None else worktree(rev, CACHE)
         command = [sys.executable, str(Path(__file__)), "--serve", way]  # this script, the tree's omni_core
         self.proc = subprocess.Popen(command, cwd=tree, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      env={**_env(), "PYTHONPATH": str(tree)})

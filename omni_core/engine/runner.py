@@ -124,9 +124,9 @@ class Runner:
         pieces = [m.thinker.embed(piece) if thinker else piece for piece, _ in cuts]
         caches = [s.thinker_cache if thinker else s.talker_cache for s in seqs]
         ends = [rest is None for _, rest in cuts]  # whose last piece this is
+        lone = len(seqs) == 1
         with lengths_kept_on_error(caches):
             with prompt_pieces(piece.shape[1] for piece in pieces):  # each piece's matmuls a call of its own
-                lone = len(seqs) == 1
                 hidden = [stack(pieces[0], caches[0], caches[0].length)] if lone else stack.prefill_rows(pieces, caches)
             if lone:  # hidden [1, T, C]
                 out = [m.thinker.lm_head(hidden[0])[:, -1] if thinker and ends[0] else hidden[0][:, -1]]

@@ -48,6 +48,7 @@ PLAIN = Plan(1, 1 << 30)  # one F.linear per call whatever the rows: the officia
 ROWWISE = Plan(0, 0)  # no GEMM: each row's products summed on their own (for shapes where no GEMM
 # run holds, e.g. a 1-output gate, whose matrix-vector kernel depends on the row count)
 ONEDNN = Plan(1, onednn.BATCH_HINT, Kernel.ONEDNN)  # no padding, blocks of up to the rows it is packed for
+WHOLE_ONEDNN = Plan(1, 1 << 30, Kernel.ONEDNN)  # the packed weight, one call whatever the rows (a prompt piece)
 # In a compiled graph a weight smaller than this is multiplied by inductor's own loop (ROWWISE), not a GEMM: each
 # row summed on its own whatever the rows, so the graph has no branch on the number of rows (a plan's blocks are
 # one, a symbolic size splits the graph into a variant per block count: 10 for a re-prefill step of the tiny model
@@ -133,9 +134,8 @@ class Linear(nn.Linear):
         rows = x.reshape(-1, x.shape[-1])
         if rows.shape[0] != sum(sizes):
             raise ValueError(f"a prefill call of {rows.shape[0]} rows for pieces of {list(sizes)} positions")
-        whole = (lambda r: onednn.linear(r, self.packed, self.bias, self.out_features, r.shape[0])) \
-            if self.packed is not None else (lambda r: F.linear(r, self.weight, self.bias))
-        out = [whole(piece.contiguous()) for piece in rows.split(sizes)]
+        whole = WHOLE_ONEDNN if self.packed is not None else PLAIN  # a piece in one call, whatever its rows
+        out = [linear(piece, self.weight, self.bias, whole, self.packed) for piece in rows.split(sizes)]
         return (out[0] if len(out) == 1 else torch.cat(out)).view(*x.shape[:-1], self.out_features)
 
     def set_plan(self, plan: Plan) -> None:
