@@ -1,7 +1,7 @@
-"""What int8 and int4 weights change: Qwen3-TTS at real widths (random weights), against the unquantized model.
+"""What int8, mixed and int4 weights change: Qwen3-TTS at real widths (random weights), against the unquantized model.
 
-For each size, four pipelines on one checkpoint (bfloat16 on disk): float32, bfloat16, and bfloat16 with
-int8 or int4 weights (`quantize="int8"`, `"int4"`). The bfloat16 model makes a greedy take (KV predictor); then each model
+For each size, five pipelines on one checkpoint (bfloat16 on disk): float32, bfloat16, and bfloat16 with
+int8, mixed or int4 weights (`quantize="int8"`, `"mixed"`, `"int4"`). The bfloat16 model makes a greedy take (KV predictor); then each model
 scores that take teacher-forced (`Pipeline.score(..., keep=True)`: every codebook's whole distribution at
 every frame, given the same past codes), and:
 
@@ -31,7 +31,8 @@ from omni_core.synthetic.qwen3_tts import ensure_random_tts
 
 TEXT = "The quick brown fox jumps over the lazy dog, then rests in the shade of an old oak tree."
 WAYS = {"float32": dict(dtype="float32"), "bfloat16": dict(dtype="bfloat16"),
-        "int8": dict(dtype="bfloat16", quantize="int8"), "int4": dict(dtype="bfloat16", quantize="int4")}
+        "int8": dict(dtype="bfloat16", quantize="int8"), "int4": dict(dtype="bfloat16", quantize="int4"),
+        "mixed": dict(dtype="bfloat16", quantize="mixed")}
 EPS = 1e-12  # a probability the other model gives zero is taken as this (log of it stays finite)
 
 
@@ -72,12 +73,12 @@ def bench_size(size: str, frames: int) -> dict:
     source = str(ensure_random_tts(f"qwen3-tts-{size}"))
     request = SpeechRequest(TEXT, speaker="vivian", language="english", predictor="kv", max_frames=frames)
     takes, scores = {}, {}
-    for way in ("bfloat16", "int8", "int4", "float32"):  # bfloat16 first: its take is the one scored
+    for way in ("bfloat16", "int8", "mixed", "int4", "float32"):  # bfloat16 first: its take is the one scored
         base = takes["bfloat16"].codes if takes else None
         takes[way], scores[way], rate = run_way(source, way, request, base)
         gc.collect()
     return {other: compare(scores["bfloat16"], scores[other], takes["bfloat16"], takes[other], rate)
-            for other in ("int8", "int4", "float32")}
+            for other in ("int8", "mixed", "int4", "float32")}
 
 
 def main(sizes=("0.6b", "1.7b"), frames: int = 24, json_path: str = "bench_results/int8_fidelity.json") -> dict:

@@ -206,14 +206,14 @@ def parse_way(way: str) -> dict:
     dtype, *extras = way.split("/")
     options = {"dtype": dtype}
     for extra in extras:
-        if extra in ("int8", "int4"):
+        if extra in ("int8", "int4", "mixed"):
             options["quantize"] = extra
         elif extra == "compile":
             options["compile"] = True
         elif extra.startswith("codec"):
             options["codec_threads"] = int(extra.removeprefix("codec"))
         else:
-            raise ValueError(f"unknown way {way!r}: dtype[/int8|/int4][/codecN][/compile]")
+            raise ValueError(f"unknown way {way!r}: dtype[/int8|/int4|/mixed][/codecN][/compile]")
     return options
 
 

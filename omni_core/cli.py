@@ -25,8 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     synth.add_argument("--instruct", default=None, help="Qwen3-TTS VoiceDesign (1.7B CustomVoice): how to speak")
     synth.add_argument("--device", default="auto")
     synth.add_argument("--dtype", default="auto")
-    synth.add_argument("--quantize", choices=["int8", "int4"], default=None,
-                       help="int8 (or int4) weights for the large matmuls (CPU)")
+    synth.add_argument("--quantize", choices=["int8", "int4", "mixed"], default=None,
+                       help="int8, int4 or mixed (int4 decoder layers, int8 predictor and heads) weights for the large "
+                            "matmuls (CPU)")
     synth.add_argument("--max-frames", type=int, default=None)
     synth.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
     synth.add_argument("--seed", type=int, default=0)

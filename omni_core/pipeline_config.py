@@ -57,7 +57,9 @@ class PipelineConfig:
     half a bfloat16 model's bytes per frame, so about twice the speed where decoding is bound by memory; the
     codec and the embeddings stay in float. Batch-invariant like the float path. CPU only. "int4": the same
     matmuls with int4 weights in groups of 32 (a scale and an offset each): a quarter of the bytes, with about
-    15 times int8's error (measured in BENCHMARKS.md, "Qwen3-TTS int8 and the memory floor")."""
+    15 times int8's error (measured in BENCHMARKS.md, "Qwen3-TTS int8 and the memory floor"). "mixed": int4
+    in the talker's (and thinker's) decoder layers, int8 in the code predictor, the heads and the projections,
+    where an error compounds through a frame's 15 predictor steps (BENCHMARKS.md, "mixed precision")."""
 
     device: str = "auto"
     dtype: str = "auto"

@@ -28,7 +28,7 @@ def test_load_pipeline_takes_every_field_with_the_same_default():
     (dict(stall_s=float("inf")), "stall_s must be a positive number of seconds, got inf"),
     (dict(codec_threads=0), r"codec_threads must be a positive number of CPU threads \(got 0\)"),
     (dict(codec_processes=0), r"codec_processes must be a positive number of processes \(got 0\)"),
-    (dict(quantize="int2"), r"quantize must be None or one of int8, int4 \(got 'int2'\)"),
+    (dict(quantize="int2"), r"quantize must be None or one of int8, int4, mixed \(got 'int2'\)"),
     (dict(quantize="int8", exact=True), "exact=True gives the official implementation's bits, which int8 weights "
                                         "cannot: choose one of the two"),
     (dict(max_batch=0, codec_threads=0), "max_batch"),  # the engine's options are checked first

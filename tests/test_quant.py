@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from omni_core import SpeechRequest, load_pipeline
 from omni_core.models.invariant import Linear
-from omni_core.models.quant import GROUP, Int4Linear, Int8Linear, quantize_weight
+from omni_core.models.quant import GROUP, QUANTIZED, Int4Linear, Int8Linear, quantize_weight
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,10 +81,11 @@ def test_a_quantized_linear_gives_a_row_the_same_bits_in_any_call(kind):
                 assert torch.equal(int8(x[offset:offset + rows]), solo[offset:offset + rows]), (rows, offset)
 
 
-@pytest.mark.parametrize("mode, layer", [("int8", Int8Linear), ("int4", Int4Linear)])
+@pytest.mark.parametrize("mode, layer", [("int8", Int8Linear), ("int4", Int4Linear), ("mixed", Int8Linear)])
 def test_a_quantized_pipeline_gives_each_request_its_solo_codes(mode, layer):
-    """tiny-tts with int8 (int4) weights: three requests (greedy and sampled, KV and re-prefill) taken in together
-    equal their solo runs in codes and audio; the predictor's and talker's large matmuls are quantized."""
+    """tiny-tts with int8 (int4, mixed) weights: three requests (greedy and sampled, KV and re-prefill) taken in
+    together equal their solo runs in codes and audio; the predictor's large matmuls are quantized (tiny's talker
+    layers are below the size worth quantizing: where mixed puts int4 is the real-width test's check)."""
     from tests.test_engine import assert_same, collect
 
     requests = [SpeechRequest("Listener one hears this.", max_frames=5, predictor="kv"),
@@ -114,10 +115,28 @@ def test_the_real_width_int8_pipeline_counts_what_it_saved():
     assert result.codes.shape == (2, 16)
 
 
+def test_mixed_puts_int4_in_the_talkers_layers_and_int8_in_the_predictor_and_heads():
+    """Qwen3-TTS 0.6B at its real widths (one talker layer), quantize="mixed": the talker's decoder layer's matmuls
+    int4 (a quarter of a bfloat16 byte count, with group scales), the code predictor's layers and heads, the
+    codec head and the text projection int8; the load report splits the count; a request runs."""
+    with load_pipeline("random:qwen3-tts-0.6b?layers=1", device="cpu", dtype="bfloat16", quantize="mixed") as pipe:
+        talker = pipe.talker
+        assert all(isinstance(m, Int4Linear) for m in talker.model.layers[0].modules() if isinstance(m, QUANTIZED))
+        four = [m for m in talker.model.modules() if isinstance(m, Int4Linear)]
+        eight = [m for m in talker.modules() if isinstance(m, Int8Linear)]
+        assert len(four) == 4 and len(eight) == 5 * 4 + 15 + 1 + 2  # as int8's count, the talker layer moved to int4
+        assert all(isinstance(h, Int8Linear) for h in talker.code_predictor.lm_head)
+        assert isinstance(talker.codec_head, Int8Linear)
+        assert f"mixed weights: {len(four) + len(eight)} matmuls (4 int4, {len(eight)} int8)" in pipe.load_report
+        assert pipe.info["quantize"] == "mixed"
+        result = pipe.generate(SpeechRequest("A short one.", max_frames=2, predictor="kv"))
+    assert result.codes.shape == (2, 16)
+
+
 def test_bad_quantize_options_are_refused_with_a_reason(capsys):
     from app.cli import parse_args
 
-    with pytest.raises(ValueError, match="quantize must be None or one of int8, int4"):
+    with pytest.raises(ValueError, match="quantize must be None or one of int8, int4, mixed"):
         load_pipeline("tiny", device="cpu", quantize="int2")
     with pytest.raises(ValueError, match="exact=True gives the official implementation's bits, which int8"):
         load_pipeline("tiny", device="cpu", quantize="int8", exact=True)

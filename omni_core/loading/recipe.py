@@ -130,8 +130,9 @@ def report_extras(modules: dict[str, nn.Module], src: Source, dev: torch.device,
     if packed:
         report += f" · {packed} matmuls through oneDNN (timed faster here: models/onednn.py)"
     if quantize:
-        count = sum(isinstance(m, quant.QUANTIZED) for root in modules.values() for m in root.modules())
-        report += f" · {quantize} weights: {count} matmuls, {saved / 1e9:.2f} GB less (the codec and embeddings in {str(dt).removeprefix('torch.')})"
+        kinds = [type(m) for root in modules.values() for m in root.modules() if isinstance(m, quant.QUANTIZED)]
+        split = f" ({kinds.count(quant.Int4Linear)} int4, {kinds.count(quant.Int8Linear)} int8)" if quantize == "mixed" else ""
+        report += f" · {quantize} weights: {len(kinds)} matmuls{split}, {saved / 1e9:.2f} GB less (the codec and embeddings in {str(dt).removeprefix('torch.')})"
     elif dev.type == "cpu" and src.family.SUGGESTS_INT8 and (gain := quant.measured_gain(modules["talker"])):
         size = next(modules["talker"].parameters()).element_size()
         report += (f" · --quantize int8 reads a byte per weight instead of {size} (a one-row matmul here {gain:.1f}x as "
