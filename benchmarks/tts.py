@@ -325,7 +325,7 @@ if __name__ == "__main__":
     parser.add_argument("--sizes", nargs="*", default=["0.6b", "1.7b"])
     parser.add_argument("--reference-sizes", nargs="*", default=["0.6b"], help="sizes the package also runs")
     parser.add_argument("--ways", nargs="*", default=["float32", "bfloat16"],
-                        help="dtype[/int8][/codecN][/compile], e.g. bfloat16 bfloat16/int8 bfloat16/int8/codec1")
+                        help="dtype[/int8|/int4|/mixed][/codecN][/compile], e.g. bfloat16 bfloat16/int8 bfloat16/int8/codec1")
     parser.add_argument("--json", default="bench_results/tts.json")
     args = parser.parse_args()
     results = main(args.quick, args.json, args.layers, args.sizes, args.reference_sizes, args.ways, args.frames)
