@@ -79,9 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "that hold)")
     parser.add_argument("--quantize", choices=["int8", "int4", "mixed"], default=None,
                         help="int8: the talker's and code predictor's large matmuls with int8 weights (CPU): about "
-                             "half the bytes per frame, so faster where decoding waits on memory; the codec stays in float. "
-                             "int4: groups of 32 weights, a quarter of the bytes, more error (BENCHMARKS.md); mixed: int4 decoder "
-                             "layers, int8 code predictor and heads")
+                             "half the bytes a frame, the codec in float; int4: a quarter, more error; mixed: int4 "
+                             "decoder layers, int8 code predictor and heads (BENCHMARKS.md)")
     parser.add_argument("--max-waiting", type=_at_least_zero, default=None,
                         help="requests that may wait for a batch slot (default: 4 x --max-batch); more are refused "
                              "with a message")
