@@ -30,9 +30,9 @@ from omni_core import SpeechRequest, load_pipeline
 from omni_core.synthetic.qwen3_tts import ensure_random_tts
 
 TEXT = "The quick brown fox jumps over the lazy dog, then rests in the shade of an old oak tree."
-WAYS = {"float32": dict(dtype="float32"), "bfloat16": dict(dtype="bfloat16"),
-        "int8": dict(dtype="bfloat16", quantize="int8"), "int4": dict(dtype="bfloat16", quantize="int4"),
-        "mixed": dict(dtype="bfloat16", quantize="mixed")}
+WAYS = {"bfloat16": dict(dtype="bfloat16"),  # first: its take is the one the others score
+        "int8": dict(dtype="bfloat16", quantize="int8"), "mixed": dict(dtype="bfloat16", quantize="mixed"),
+        "int4": dict(dtype="bfloat16", quantize="int4"), "float32": dict(dtype="float32")}
 EPS = 1e-12  # a probability the other model gives zero is taken as this (log of it stays finite)
 
 
@@ -73,12 +73,12 @@ def bench_size(size: str, frames: int) -> dict:
     source = str(ensure_random_tts(f"qwen3-tts-{size}"))
     request = SpeechRequest(TEXT, speaker="vivian", language="english", predictor="kv", max_frames=frames)
     takes, scores = {}, {}
-    for way in ("bfloat16", "int8", "mixed", "int4", "float32"):  # bfloat16 first: its take is the one scored
+    for way in WAYS:
         base = takes["bfloat16"].codes if takes else None
         takes[way], scores[way], rate = run_way(source, way, request, base)
         gc.collect()
     return {other: compare(scores["bfloat16"], scores[other], takes["bfloat16"], takes[other], rate)
-            for other in ("int8", "mixed", "int4", "float32")}
+            for other in list(WAYS)[1:]}
 
 
 def main(sizes=("0.6b", "1.7b"), frames: int = 24, json_path: str = "bench_results/int8_fidelity.json") -> dict:

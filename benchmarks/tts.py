@@ -55,6 +55,7 @@ import torch
 
 from benchmarks.bench import interleaved, machine, print_section, write_results
 from omni_core import SpeechRequest, load_pipeline
+from omni_core.models.quant import MODES
 from omni_core.engine.output import MAX_CHUNK_FRAMES
 from omni_core.events import Done, Frame
 from omni_core.synthetic.qwen3_tts import ensure_random_tts
@@ -206,14 +207,14 @@ def parse_way(way: str) -> dict:
     dtype, *extras = way.split("/")
     options = {"dtype": dtype}
     for extra in extras:
-        if extra in ("int8", "int4", "mixed"):
+        if extra in MODES:
             options["quantize"] = extra
         elif extra == "compile":
             options["compile"] = True
         elif extra.startswith("codec"):
             options["codec_threads"] = int(extra.removeprefix("codec"))
         else:
-            raise ValueError(f"unknown way {way!r}: dtype[/int8|/int4|/mixed][/codecN][/compile]")
+            raise ValueError(f"unknown way {way!r}: dtype[/{'|/'.join(MODES)}][/codecN][/compile]")
     return options
 
 

@@ -130,15 +130,16 @@ def quantize_modules(modules, mode: str = "int8") -> int:
         for path, parent in list(root.named_modules()):
             for name, child in list(parent.named_children()):
                 if isinstance(child, Linear) and child.weight.numel() >= MIN_WEIGHTS:
-                    small = Int4Linear(child) if wants_int4(mode, f"{path}.{name}", child) else Int8Linear(child)
+                    small = Int4Linear(child) if wants_int4(mode, path, child) else Int8Linear(child)
                     saved += child.weight.numel() * child.weight.element_size() - weight_bytes(small)
                     setattr(parent, name, small)
     return saved
 
 
 def wants_int4(mode: str, path: str, linear: Linear) -> bool:
-    """Whether the matmul at `path` (relative to the thinker or talker) takes int4 weights in `mode`."""
-    in_stack = path.startswith("model.")  # the decoder layers; the predictor and heads lie beside `.model`
+    """Whether `linear`, a child of the module at `path` (relative to the thinker or talker; "" for the root
+    itself), takes int4 weights in `mode`."""
+    in_stack = path.split(".")[0] == "model"  # the decoder layers; the predictor and heads lie beside `.model`
     return linear.in_features % GROUP == 0 and (mode == "int4" or (mode == "mixed" and in_stack))
 
 
