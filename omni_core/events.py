@@ -57,6 +57,7 @@ class Stats:
     mismatches: int | None = None  # compare mode: codes where the two predictors differ
     batch_max: int = 0  # the most requests that shared an engine step with this one's frames
     batch_mean: float | None = None  # requests per step, averaged over this request's frames
+    text_wait_s: float = 0.0  # text still being written (Pipeline.stream_text): how long the talker waited for it
     stopped: str = "max_frames"  # "eos" | "max_frames" | "cancelled" | "time_budget" | "stalled"
     warnings: list[str] = field(default_factory=list)
 

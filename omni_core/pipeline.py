@@ -17,6 +17,8 @@ import torch
 from omni_core.audio import MAX_SECONDS, clean_audio
 from omni_core.engine import Engine, Sequence, SpeechModel, Stream
 from omni_core.engine.scheduler import MAX_UNREAD, STALL_S
+from omni_core.engine.stream import TextStream
+from omni_core.engine.text_feed import TextFeed
 from omni_core.engine.threads import in_passing_thread
 from omni_core.events import Done, Result
 from omni_core.families import registry
@@ -159,8 +161,19 @@ class Pipeline:
         self.engine.submit(*seqs)
         return [Stream(self.engine, seq) for seq in seqs]
 
-    def _sequence(self, request: SpeechRequest, cancel, overlap: bool) -> Sequence:
-        clean, warnings = self.check(request)
+    def stream_text(self, request: SpeechRequest, cancel=None) -> TextStream:
+        """Like `stream`, for text still being written (an LLM's reply as it comes): `request.text` is its first
+        piece (it may be empty), `TextStream.append` sends the rest, `TextStream.end` ends it. Qwen3-TTS reads it
+        in streaming text input, a token a frame as each settles (models/qwen3_tts/live_text.py): the codes of
+        the same text given whole with text_input='streaming', bit for bit."""
+        seq = self._sequence(request, cancel, True, live=True)
+        seq.feed = TextFeed(self.engine.wake)
+        seq.feed.append(seq.req.text)
+        self.engine.submit(seq)
+        return TextStream(self.engine, seq, seq.feed)
+
+    def _sequence(self, request: SpeechRequest, cancel, overlap: bool, live: bool = False) -> Sequence:
+        clean, warnings = self.check(request, live)
         if cancel is not None and not (callable(getattr(cancel, "is_set", None)) and callable(getattr(cancel, "set", None))):
             raise RequestError(f"cancel must be a threading.Event (with is_set() and set()), not {type(cancel).__name__}")
         return Sequence(clean, warnings, self.device, self.dtype, cancel, overlap, self.top_p_of_top_k)
@@ -188,10 +201,10 @@ class Pipeline:
         its result: torch work belongs to that thread."""
         return self.engine.call(fn, *args)
 
-    def check(self, request: SpeechRequest) -> tuple[SpeechRequest, list[str]]:
+    def check(self, request: SpeechRequest, live: bool = False) -> tuple[SpeechRequest, list[str]]:
         if not isinstance(request, SpeechRequest):
             raise RequestError("pass a SpeechRequest")
-        return request.checked(self.speakers, self.abilities)
+        return request.checked(self.speakers, self.abilities, live)
 
     def chat_prompt(self, text: str) -> list[int]:
         return self.model.chat_prompt(text)

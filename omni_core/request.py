@@ -45,17 +45,22 @@ class SpeechRequest:
     reference_audio: tuple | None = None  # (sample_rate, samples): the voice a Base model clones
     reference_text: str | None = None  # the clip's transcript (an in-context clone); None: the voice alone
 
-    def checked(self, speakers: list[str], abilities: dict | None = None) -> tuple["SpeechRequest", list[str]]:
+    def checked(self, speakers: list[str], abilities: dict | None = None,
+                live: bool = False) -> tuple["SpeechRequest", list[str]]:
         """The request with clean values, and the warnings to show; raises RequestError.
         abilities: what the model can do (pass `Pipeline.info`); None: a Qwen3-Omni model's, with the
-        model-dependent defaults (text_input, repetition_penalty) left for the pipeline's own check."""
+        model-dependent defaults (text_input, repetition_penalty) left for the pipeline's own check.
+        live: the text is the first piece of text still being written (`Pipeline.stream_text`): it may be
+        empty, and the talker reads it as it comes (streaming text input)."""
         can = {**OMNI_ABILITIES, "speakers": list(speakers), **(abilities or {})}
         if abilities is None:
             can.update(default_text_input=None, repetition_penalty=None)
         warnings: list[str] = []
         # strip_text False (Qwen3-TTS): the text is tokenized as given (its spaces are tokens), as the package does.
-        text = _clean_text(self.text, warnings, strip=can["strip_text"])
+        text = clean_piece(self.text) if live else _clean_text(self.text, warnings, strip=can["strip_text"])
         mode = _choice("mode", self.mode, MODES)
+        if live:
+            _live(self, mode, can)
         if mode == "chat" and not can["chat"]:
             raise RequestError("chat mode needs a thinker to write a reply; this model speaks the text it is "
                                "given: use mode='speak'")
@@ -75,15 +80,16 @@ class SpeechRequest:
             max_text_tokens=max_text_tokens, do_sample=bool(self.do_sample),
             cuda_graph=None if self.cuda_graph is None else bool(self.cuda_graph),
             language=_language(self.language, can), instruct=_instruct(self.instruct, can),
-            text_input=_text_input(self.text_input, can), **_reference(self, can))
+            text_input="streaming" if live else _text_input(self.text_input, can), **_reference(self, can))
         return clean, warnings
 
 
 # What a Qwen3-Omni model can do (Pipeline.info lists a model's own: families/). title: the model as the
-# messages name it; strip_text: whether the text's outer spaces go before tokenizing.
+# messages name it; strip_text: whether the text's outer spaces go before tokenizing; live_text: whether it can
+# speak text still being written (Pipeline.stream_text).
 OMNI_ABILITIES = dict(family="qwen3_omni", kind="qwen3_omni", title="Qwen3-Omni", speakers=[], languages=[],
                       instruct=False, clone=False, chat=True, text_input=["streaming"], default_text_input="streaming",
-                      repetition_penalty=1.05, strip_text=True)
+                      repetition_penalty=1.05, strip_text=True, live_text=False)
 
 
 def _speaker(value, can: dict) -> str | None:
@@ -126,6 +132,21 @@ def _instruct(value, can: dict) -> str | None:
     return value  # as given: the package tokenizes it so
 
 
+def _live(req: "SpeechRequest", mode: str, can: dict) -> None:
+    """Whether text still being written can be spoken as asked (RequestError if not)."""
+    if not can.get("live_text"):
+        raise RequestError(f"a {can['title']} model speaks its thinker's reply, which it streams itself (chat "
+                           "mode): text that arrives in pieces needs a Qwen3-TTS model")
+    if mode != "speak":
+        raise RequestError("text that arrives in pieces is spoken as it comes: use mode='speak'")
+    if req.text_input is not None and str(req.text_input).strip().lower() != "streaming":
+        raise RequestError("text that arrives in pieces is read a token per frame: use text_input='streaming' "
+                           "(or leave it out); 'whole' needs all the text before the first frame")
+    if req.reference_text is not None:
+        raise RequestError("an in-context clone (reference_text) reads the text beside the clip's codes in its "
+                           "prompt: send the whole text, or leave reference_text out to clone the voice alone")
+
+
 def _text_input(value, can: dict) -> str | None:
     if value is None:
         return can["default_text_input"]
@@ -157,13 +178,18 @@ def _reference(req: "SpeechRequest", can: dict) -> dict:
     return dict(reference_audio=(SAMPLE_RATE, samples), reference_text=text)
 
 
-def _clean_text(text, warnings: list[str], strip: bool = True) -> str:
+def clean_piece(text) -> str:
+    """Text as the tokenizer may take it: lone surrogates replaced, control characters (but newline and tab)
+    spaces; RequestError when it is not a string."""
     if not isinstance(text, str):
         raise RequestError(f"text must be a string, not {type(text).__name__}")
     # Lone surrogates cannot be encoded; replace them rather than fail deep in the tokenizer.
     text = text.encode("utf-8", "replace").decode("utf-8")
-    # Control characters (other than newline and tab) become spaces.
-    text = "".join(" " if unicodedata.category(c) == "Cc" and c not in "\n\t" else c for c in text)
+    return "".join(" " if unicodedata.category(c) == "Cc" and c not in "\n\t" else c for c in text)
+
+
+def _clean_text(text, warnings: list[str], strip: bool = True) -> str:
+    text = clean_piece(text)
     if not text.strip():
         raise RequestError("text is empty: type something to say")
     text = text.strip() if strip else text

@@ -6,7 +6,8 @@ runner.py        Runner: the only place that calls the models (prefills, batched
 sequence.py      Sequence: one request's state (caches, generators, reply, codec stream, events)
 output.py        Frame events, audio chunks and the Result, from a Sequence's state
 speech_model.py  SpeechModel: the read-only pieces a request needs from its pipeline
-stream.py        Stream: a request's events, as the caller reads them
+stream.py        Stream: a request's events, as the caller reads them (TextStream: and its text, still being written)
+text_feed.py     TextFeed: text a caller sends while its request runs
 codec_stream.py  one codec-stream interface: decoded in the engine's thread or in codec processes
 """
 

@@ -44,6 +44,7 @@ PAUSED_POLL_S = 0.02  # how often an engine whose requests are all paused looks 
 CLOSE = object()  # the inbox item that ends the loop
 REST = object()  # the inbox item that wakes the loop to end an idle thread (`Engine.rest`)
 CODEC = object()  # the inbox item that says audio came back from a codec process (`CodecPool.deliver`)
+WAKE = object()  # the inbox item that says a caller sent text (`Engine.wake`)
 # An idle engine handed a request waits while more keep coming: up to GATHER_S for each next one, GATHER_MAX_S
 # in all. Requests sent together (threads released at once submit over 2-9 ms here, slowed by the engine's
 # own step) then start in one step, instead of the first few alone and the rest a whole step later.
@@ -146,6 +147,10 @@ class Engine:
         while not wait([future], timeout=POLL_S).done:
             self.check_alive()
         return future.result()
+
+    def wake(self) -> None:
+        """A caller sent text (engine/text_feed.py): a loop waiting for it looks again now."""
+        self.inbox.put(WAKE)
 
     def rest(self) -> None:
         """End the engine's thread as soon as it has nothing to do (its OpenMP team goes with it:
@@ -260,7 +265,7 @@ class Engine:
             block, taken = False, taken + 1
             if item is CLOSE:
                 return None
-            if item is REST or item is CODEC:  # it only woke the loop
+            if item is REST or item is CODEC or item is WAKE:  # it only woke the loop
                 continue
             if isinstance(item, list):
                 for seq in item:

@@ -156,7 +156,12 @@ def result(seq: Sequence, model: SpeechModel) -> Result:
         s.mismatches = seq.mismatches
     spoken = seq.reply.spoken
     s.text_tokens = len(spoken)
-    text = seq.req.text if seq.req.mode == "speak" else model.tokenizer.decode(spoken, skip_special_tokens=True)
+    if seq.text_wait_since is not None:  # it ended while the talker waited for its caller's text
+        s.text_wait_s += now - seq.text_wait_since
+    if seq.feed is not None:  # live text: all that came
+        text = seq.reply.text
+    else:
+        text = seq.req.text if seq.req.mode == "speak" else model.tokenizer.decode(spoken, skip_special_tokens=True)
     k = TOP_K_ALTERNATIVES
     return Result(stacked(seq.codes, (0, G), np.int64), audio.astype(np.float32), text, list(seq.prompt_ids),
                   spoken, s, stacked(seq.probs, (0, G), np.float32), sample_rate,

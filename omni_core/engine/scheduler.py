@@ -41,8 +41,10 @@ class Scheduler:
 
     @property
     def idle(self) -> bool:
-        """Nothing a step could advance: every running request is paused and none can be admitted."""
-        return all(s.paused for s in self.running) and not (self.waiting and len(self.running) < self.max_batch)
+        """Nothing a step could advance: every running request is paused or waits for its caller's text, and
+        none can be admitted."""
+        return all(s.paused or s.awaiting_text for s in self.running) and \
+            not (self.waiting and len(self.running) < self.max_batch)
 
     def rows(self) -> list[Sequence]:
         """The running requests that take part in this step (the paused ones do not)."""

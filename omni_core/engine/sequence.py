@@ -73,6 +73,9 @@ class Sequence:
         # text: the thinker's prompt and the reply, as the talker reads it
         self.prompt_ids: list[int] = []
         self.reply = TextSteps(None)  # admission makes the real one
+        self.feed = None  # TextFeed: the text is still being written (Pipeline.stream_text); None: all given
+        self.voice = None  # live text: (Voice, x-vector) for the prompt its first token completes
+        self.text_wait_since: float | None = None  # live text: when the talker caught up with the text
         self.builder = None  # TalkerPromptBuilder, made at admission
         self.max_text_tokens: int | None = None
         self.last_token: torch.Tensor | None = None  # [1]: the thinker's last reply token
@@ -106,6 +109,23 @@ class Sequence:
     def can_talk(self) -> bool:
         """The talker's prompt can be built (it needs r0, and whether r0 is the last token)."""
         return self.reply.done if not self.overlap else self.reply.can_prompt
+
+    @property
+    def awaiting_text(self) -> bool:
+        """Live text: the next frame needs text the caller has not sent (or settled) yet."""
+        if self.feed is None or self.reply.done:
+            return False
+        if self.talker_cache is None:
+            return not self.reply.can_prompt
+        return self.talking and bool(self.codes) and self.hidden is None and not self.reply.ready(len(self.codes) - 1)
+
+    def count_text_wait(self, now: float) -> None:
+        """Start or stop the clock of the talker's wait for the caller's text (Stats.text_wait_s)."""
+        if self.awaiting_text:
+            self.text_wait_since = self.text_wait_since or now
+        elif self.text_wait_since is not None:
+            self.stats.text_wait_s += now - self.text_wait_since
+            self.text_wait_since = None
 
     @property
     def talking(self) -> bool:

@@ -2,7 +2,8 @@
 
 `Step.run()` reads as one sentence: schedule (stop, pause, admit) → prefill newcomers'
 prompts → think (one batched thinker token for every chat reply the talker is about to
-read) → a frame for every row (`frame`): talk (prefill talker prompts, one batched talker
+read) → read the text callers sent (text still being written; a row waiting for more sits the
+step out) → a frame for every row (`frame`): talk (prefill talker prompts, one batched talker
 step) → CB0 for every row (rows alike as one batch) → one predictor call for all rows (both
 kinds in one pass eager; a call per kind compiled or on a CUDA graph) → emit each row's frame
 and audio. Rows still waiting for their first frame take that part first, in calls of their
@@ -69,7 +70,8 @@ class Step:
         self.prefill_left = max(self.prefill_budget, self.runner.prefill_chunk) if decoding else None
         self.prefill([s for s in rows if s.thinker_todo is not None], "thinker")
         self.think([s for s in rows if s.wants_token()])
-        talking = [s for s in rows if s.can_talk]
+        self.read_text([s for s in rows if s.feed is not None])
+        talking = [s for s in rows if s.can_talk and not s.awaiting_text]
         # Newcomers first, in calls of their own: their first frame and audio come out before the older rows'
         # step, not after it (rows are batch-invariant: the split changes no row's floats).
         for group in ([s for s in talking if not s.codes], [s for s in talking if s.codes]):
@@ -139,6 +141,14 @@ class Step:
         seqs, logits = self.guard.batched("thinker", seqs, self.runner.think)
         for seq, row in zip(seqs, logits):
             self.guard.run(seq, "thinker", [seq], self.runner.take_token, seq, row)
+
+    def read_text(self, seqs: list[Sequence]) -> None:
+        """Live text (Pipeline.stream_text): what each caller sent since the last step; a row whose talker has
+        read all of its text sits this step out, and its wait is counted."""
+        now = time.perf_counter()
+        for seq in seqs:
+            self.guard.run(seq, "talker", [seq], self.model.family.read_text, seq)
+            seq.count_text_wait(now)
 
     def talk(self, seqs: list[Sequence]) -> list[Sequence]:
         """The talker's hidden state for each row's next frame: the prompt's prefill for a request

@@ -87,3 +87,22 @@ class Stream:
     def __del__(self) -> None:
         if not self._seq.finished:
             self._seq.cancel.set()
+
+
+class TextStream(Stream):
+    """A request whose text is still being written (`Pipeline.stream_text`): `append(piece)` adds to the text
+    as it comes, `end()` says it is complete; its events are a Stream's. The talker reads each token once it
+    has settled and waits when it has caught up; `close()` stops the request, and an unended text is stopped
+    by the pipeline's time budget."""
+
+    def __init__(self, engine, seq: Sequence, feed):
+        super().__init__(engine, seq)
+        self.feed = feed  # TextFeed
+
+    def append(self, text: str) -> None:
+        """More of the text (RequestError if it is not a string, or after `end()`)."""
+        self.feed.append(text)
+
+    def end(self) -> None:
+        """The text is complete."""
+        self.feed.end()

@@ -17,7 +17,8 @@ from omni_core.families.protocol import OpenStream, suppress_band
 from omni_core.loading import qwen3_tts as loading
 from omni_core.models.qwen3_tts import voices
 from omni_core.models.qwen3_tts.config import TTSConfig
-from omni_core.models.qwen3_tts.prompt import PromptBuilder
+from omni_core.models.qwen3_tts.live_text import LiveText
+from omni_core.models.qwen3_tts.prompt import PromptBuilder, assistant_text
 
 
 class Qwen3TTS:
@@ -36,7 +37,7 @@ class Qwen3TTS:
     def abilities(self) -> dict:
         cfg = self.config
         return {**voices.abilities(cfg), "title": f"Qwen3-TTS {cfg.kind}", "strip_text": False,
-                "repetition_penalty": cfg.generation["repetition_penalty"]}
+                "repetition_penalty": cfg.generation["repetition_penalty"], "live_text": True}
 
     def admit(self, model, seq: Sequence, open_stream: OpenStream) -> None:
         """The talker's prompt from the request (a clone's x-vector and reference codes first) and the codec
@@ -51,13 +52,27 @@ class Qwen3TTS:
                 codes = model.code2wav.encode(wav)  # [T, 16]
                 reference = (req.reference_text, codes)
         seq.decoder = open_stream(None if reference is None else reference[1].T)
+        if seq.feed is not None:  # text still being written: the prompt waits for its first token
+            seq.reply, seq.voice = LiveText(self.prompts, seq.feed, seq.stats.warnings), (voice, xvector)
+            return
         prompt = self.prompts.build(req.text, voice, req.text_input == "whole", req.instruct, xvector, reference)
         seq.prompt_ids, seq.reply, seq.talker_prompt = prompt.ids, prompt.text, prompt.embeds
         seq.emit(TextDelta(req.text, seq.reply.spoken))
 
     def talker_prompt(self, model, seq: Sequence) -> torch.Tensor:
-        """Built at admission."""
+        """Built at admission; for live text once its first token has settled."""
+        if seq.talker_prompt is None:
+            voice, xvector = seq.voice
+            seq.talker_prompt = self.prompts.streaming_prompt(seq.reply.ids[0], voice, seq.req.instruct, xvector)
         return seq.talker_prompt
+
+    def read_text(self, seq: Sequence) -> None:
+        """A live request's new text (engine/text_feed.py): the tokens it settles, sent as a TextDelta."""
+        new = seq.reply.refresh()
+        if new:
+            seq.emit(TextDelta(self.prompts.tokenizer.decode(new), new))
+        if seq.reply.done:
+            seq.prompt_ids = self.prompts.tokenize(assistant_text(seq.reply.text))
 
     def text_inputs(self, seqs: list[Sequence]) -> torch.Tensor:
         return torch.cat([s.reply.step(len(s.codes) - 1) for s in seqs])

@@ -110,15 +110,24 @@ def omni_config(layers: int | None = None):
     return OmniConfig.from_hf(config_dict(layers))
 
 
+# Qwen2's pre-tokenizer pattern (its tokenizer.json): words, single digits, punctuation runs, spaces. With no
+# merges it changes no id (every byte is its own token), but it cuts the text where Qwen's does, so text that
+# arrives in pieces (models/qwen3_tts/live_text.py) settles word by word here as with the real tokenizer.
+QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+              r"|\s+(?!\S)|\s+")
+
+
 def build_tokenizer():
-    """The tiny byte-level tokenizer (bytes are ids 0..255) with its named tokens at Qwen's ids."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    """The tiny byte-level tokenizer (bytes are ids 0..255) with its named tokens at Qwen's ids, cut into words as
+    Qwen's is (QWEN_SPLIT)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet(), key=tiny.byte_of)
     vocab = {ch: i for i, ch in enumerate(alphabet)} | TOKEN_IDS  # added tokens found here keep these ids
     core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+                                                  pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     core.decoder = decoders.ByteLevel()
     tok = PreTrainedTokenizerFast(tokenizer_object=core, chat_template=tiny.CHAT_TEMPLATE)
     tok.add_special_tokens({"additional_special_tokens": tiny.SPECIAL_TOKENS})

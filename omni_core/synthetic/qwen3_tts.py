@@ -159,7 +159,7 @@ def ensure_tiny_tts(name: str = TINY, root: Path | None = None) -> Path:
     """Path of the cached checkpoint of a tiny preset (TINY_PRESETS), written on first use (atomically)."""
     if name not in TINY_PRESETS:
         raise ValueError(f"unknown tiny Qwen3-TTS preset {name!r}: choose one of {', '.join(TINY_PRESETS)}")
-    return tiny.write_once((root or cache_dir()) / f"{name}-v1", lambda folder: write_tiny_tts(folder, name))
+    return tiny.write_once((root or cache_dir()) / f"{name}-v2", lambda folder: write_tiny_tts(folder, name))
 
 
 def write_tiny_tts(folder: Path, preset: str = TINY) -> None:

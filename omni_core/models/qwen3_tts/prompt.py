@@ -107,11 +107,7 @@ class PromptBuilder:
         """xvector [H]: a clone's speaker embedding (fills the speaker slot); reference = (transcript,
         codes [T, 16]): an ICL clone."""
         ids = self.tokenize(assistant_text(text))
-        parts = [self.project(self.tokenize(instruct_text(instruct)))] if instruct else []
-        parts.append(self.project(ids[:3]))
-        track = self.track(voice, xvector)  # [1, n, H]
-        n = track.shape[1]
-        parts.append(torch.cat([self.pad.expand(1, n - 2, -1), self.bos], dim=1) + track[:, :-1])
+        head, track = self.head(ids[:3], voice, instruct, xvector)
         if reference is not None:
             rows, steps = self.icl(ids[3:-5], reference, whole)
         elif whole:
@@ -121,8 +117,29 @@ class PromptBuilder:
         else:
             rows = self.project(ids[3:4]) + track[:, -1:]
             steps = torch.cat([self.project(ids[4:-5]), self.eos], dim=1)
-        parts.append(rows)
-        return Prompt(torch.cat(parts, dim=1), TextSteps(steps, self.pad, ids[3:-5]), ids)
+        return Prompt(torch.cat([head, rows], dim=1), TextSteps(steps, self.pad, ids[3:-5]), ids)
+
+    def head(self, role: list[int], voice: Voice, instruct: str | None,
+             xvector: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompt's rows before the text [1, n, H] (instruction, role, codec track) and the track [1, m, H]."""
+        parts = [self.project(self.tokenize(instruct_text(instruct)))] if instruct else []
+        parts.append(self.project(role))
+        track = self.track(voice, xvector)  # [1, m, H]
+        m = track.shape[1]
+        parts.append(torch.cat([self.pad.expand(1, m - 2, -1), self.bos], dim=1) + track[:, :-1])
+        return torch.cat(parts, dim=1), track
+
+    @torch.no_grad()
+    def streaming_prompt(self, first: int, voice: Voice, instruct: str | None = None,
+                         xvector: torch.Tensor | None = None) -> torch.Tensor:
+        """The streaming-text prompt [1, L, H] from the text's first token alone (the rows `build` makes for it),
+        for text that is still being written (live_text.py)."""
+        head, track = self.head(self.tokenize(assistant_text(""))[:3], voice, instruct, xvector)
+        return torch.cat([head, self.project([first]) + track[:, -1:]], dim=1)
+
+    def text_ids(self, text: str) -> list[int]:
+        """The ids of `text` as the prompt tokenizes it (inside the assistant turn: ids[3:-5])."""
+        return self.tokenize(assistant_text(text))[3:-5]
 
     def track(self, voice: Voice, xvector: torch.Tensor | None) -> torch.Tensor:
         """The codec track's embeddings [1, n, H]: tags, speaker slot, codec_pad, codec_bos."""
