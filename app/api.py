@@ -14,6 +14,7 @@ POST /v1/audio/speech, a JSON body:
   The request is the page's Generate with the page's defaults, batched beside the page's requests: the
   same text and voice give the page's codes.
 GET /v1/audio/voices, GET /v1/models: what to ask for. GET /health: open, never behind the key.
+WS /v1/audio/speech/stream: text still being written in, audio (and codes) out as it is spoken (api_ws.py).
 
 Errors: {"error": {"message", "type", "param", "code"}} with 400 (a bad field: the engine's
 RequestError text), 401 (no or a wrong key when --api-key / OMNI_API_KEY is set), 413 (a body over
@@ -35,6 +36,7 @@ from fastapi.responses import JSONResponse, Response
 
 from app.api_request import MODEL_ALIASES, ApiError, openai_voices, param_of, parse, read_json
 from app.api_stream import EngineStream, Events, whole
+from app.api_ws import SpeechSocket
 from app.audio_formats import MEDIA_TYPES, STREAMED, EncodeError, encode, pcm_bytes, wav_header
 from app.layout import default_predictor
 from omni_core import AudioChunk, EngineBusy, EngineError, RequestError, SpeechRequest
@@ -51,6 +53,7 @@ def routes(pipe, api_key: str | None = None) -> list:
     router.add_api_route("/v1/audio/voices", api.voices, methods=["GET"])
     router.add_api_route("/v1/models", api.models, methods=["GET"])
     router.add_api_route("/health", api.health, methods=["GET"])
+    router.add_api_websocket_route("/v1/audio/speech/stream", SpeechSocket(pipe, api.info, api.predictor, api.api_key))
     return router.routes
 
 

@@ -18,12 +18,13 @@ POLL_S = 0.2
 
 
 class Events:
-    """A request's AudioChunk and Done events, handed from a reader thread to the event loop. The thread
+    """A request's AudioChunk and Done events (or `kinds`), handed from a reader thread to the event loop. The thread
     reads every event (Frames too); when QUEUE_EVENTS wait unread here it waits, so a client that stops
     reading pauses its request in the engine (max_unread) instead of filling memory."""
 
-    def __init__(self, stream):
-        self.stream, self.loop = stream, asyncio.get_running_loop()
+    def __init__(self, stream, kinds: tuple = (AudioChunk, Done)):
+        """kinds: the events handed over (the WebSocket's: TextDelta and Frame too); Done always ends them."""
+        self.stream, self.kinds, self.loop = stream, kinds, asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue(QUEUE_EVENTS)
         self.closed = threading.Event()
         threading.Thread(target=self._read, name="api-request", daemon=True).start()
@@ -31,7 +32,7 @@ class Events:
     def _read(self) -> None:
         try:
             for event in self.stream:
-                if isinstance(event, (AudioChunk, Done)) and not self._put(event):
+                if isinstance(event, self.kinds) and not self._put(event):
                     return
         except Exception as exc:  # EngineError: the reader on the loop raises it
             self._put(exc)

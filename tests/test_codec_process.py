@@ -18,7 +18,6 @@ from omni_core import AudioChunk, Done, Frame, SpeechRequest, load_pipeline
 from omni_core.engine import codec_pool, codec_process, output
 from omni_core.engine.codec_pool import CodecPool
 from omni_core.engine.codec_stream import LocalCodec
-from omni_core.engine.loop import CODEC
 from omni_core.engine.codec_process import CodecProcess, CodecProcessError
 from omni_core.engine.sequence import Sequence
 
@@ -139,7 +138,7 @@ def test_the_engine_waits_for_a_slow_codec_one_step_behind():
     with load_pipeline("tiny", device="cpu", codec_threads=1) as pipe:
         runner = pipe.engine.runner
         runner.codec.close()
-        runner.codec = CodecPool(SlowCodec(pipe.code2wav), threads=1, wake=lambda: pipe.engine.inbox.put(CODEC))
+        runner.codec = CodecPool(SlowCodec(pipe.code2wav), threads=1, wake=pipe.engine.wake)
         process = runner.codec.members[0]
         out, real = [], process.push
 

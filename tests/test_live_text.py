@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from omni_core import Done, Frame, SpeechRequest, TextDelta
+from omni_core import SpeechRequest, TextDelta
 from omni_core.errors import RequestError
 from tests.test_engine import assert_same, collect
 from tests.tts_oracle import our_tts, tone

@@ -1,18 +1,17 @@
 """`Engine`: one thread, one loop, every running request advanced in the same step.
 
-Each turn of the loop drives one `Step` (engine/step.py: its stages, in order) over the
-scheduler's rows; requests and calls come in through the inbox between steps.
+Each turn of the loop drives one `Step` (engine/step.py: its stages, in order) over the scheduler's rows;
+requests and calls come in through the inbox between steps.
 
-All torch work happens in the engine's own thread: callers (Gradio's worker threads)
-only put requests in and read events out. Torch kernels run on an OpenMP team per
-calling thread, and a second living team makes every team's kernels wait for sleeping
-workers (engine/threads.py: a lone tiny request 1.5x slower), so the engine's thread is the
-only one with kernels to run, and on a CPU it ends when it has been idle for 30 s or is asked to
+All torch work happens in the engine's own thread: callers (Gradio's worker threads) only put requests in and
+read events out. Torch kernels run on an OpenMP team per calling thread, and a second living team makes every
+team's kernels wait for sleeping workers (engine/threads.py: a lone tiny request 1.5x slower), so the engine's
+thread is the only one with kernels to run, and on a CPU it ends when it has been idle for 30 s or is asked to
 rest (a later request starts another): idle pipelines keep no team alive.
 
-Faults: a request's own work and a batched call that raises fail only their rows (engine/guard.py).
-An exception that escapes a step fails the rows it held; a second in a row, or the thread dying,
-takes the engine down: every request it holds, and every later call, gets `EngineError`.
+Faults: a request's own work and a batched call that raises fail only their rows (engine/guard.py). An exception
+that escapes a step fails the rows it held; a second in a row, or the thread dying, takes the engine down: every
+request it holds, and every later call, gets `EngineError`.
 """
 
 from __future__ import annotations
@@ -43,8 +42,7 @@ POLL_S = 0.1  # how often a waiting caller checks that the engine is alive
 PAUSED_POLL_S = 0.02  # how often an engine whose requests are all paused looks again
 CLOSE = object()  # the inbox item that ends the loop
 REST = object()  # the inbox item that wakes the loop to end an idle thread (`Engine.rest`)
-CODEC = object()  # the inbox item that says audio came back from a codec process (`CodecPool.deliver`)
-WAKE = object()  # the inbox item that says a caller sent text (`Engine.wake`)
+WAKE = object()  # the inbox item that only wakes the loop: audio came back from a codec process, or text came
 # An idle engine handed a request waits while more keep coming: up to GATHER_S for each next one, GATHER_MAX_S
 # in all. Requests sent together (threads released at once submit over 2-9 ms here, slowed by the engine's
 # own step) then start in one step, instead of the first few alone and the rest a whole step later.
@@ -66,8 +64,9 @@ class Engine:
         self.guard = Guard(self.scheduler, self._left_line)
         self.stepper = Step(self.scheduler, Runner(model), self.guard, self._left_line)
         self._rest = False  # end the thread as soon as it is idle (`rest`)
-        # lists of new Sequences, (fn, args, Future) calls, CODEC (audio came back: `CodecPool.deliver`)
+        # lists of new Sequences, (fn, args, Future) calls, WAKE (audio came back: `CodecPool.deliver`; text came)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.wake = partial(self.inbox.put, WAKE)  # audio came back (CodecPool), text came (TextFeed): look again
         self._start_codec()
         self.gather_s = (GATHER_S, GATHER_MAX_S)  # how an idle engine waits for the rest of a burst
         self.error: EngineError | None = None  # set once the engine no longer serves
@@ -103,7 +102,7 @@ class Engine:
         if self.codec_threads:
             try:
                 self.runner.codec = CodecPool(self.model.code2wav, self.codec_threads, self.codec_processes,
-                                              wake=partial(self.inbox.put, CODEC))
+                                              wake=self.wake)
             except (OSError, RuntimeError) as exc:  # no room in shared memory, no processes allowed
                 log.warning("the audio is decoded in the engine's thread: %s", exc)
                 self.codec_threads = None
@@ -147,10 +146,6 @@ class Engine:
         while not wait([future], timeout=POLL_S).done:
             self.check_alive()
         return future.result()
-
-    def wake(self) -> None:
-        """A caller sent text (engine/text_feed.py): a loop waiting for it looks again now."""
-        self.inbox.put(WAKE)
 
     def rest(self) -> None:
         """End the engine's thread as soon as it has nothing to do (its OpenMP team goes with it:
@@ -265,7 +260,7 @@ class Engine:
             block, taken = False, taken + 1
             if item is CLOSE:
                 return None
-            if item is REST or item is CODEC or item is WAKE:  # it only woke the loop
+            if item is REST or item is WAKE:  # it only woke the loop
                 continue
             if isinstance(item, list):
                 for seq in item:
