@@ -7,9 +7,12 @@ nothing is shared between requests. Every handler reports errors through `user_e
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import logging
+import re
+import threading
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -79,14 +82,15 @@ class Lab:
     @reports_errors
     def synthesize(self, text, mode, speaker, predictor, cuda_graph, do_sample, temperature, top_k, top_p,
                    seed, max_frames, view, language=None, instruct=None, text_input=None, ref_audio=None,
-                   ref_text=None):
+                   ref_text=None, feed_rate=None):
         """Stream one utterance: audio chunks, a live heatmap and live stats, then the downloads.
-        The last five follow the loaded model (Qwen3-TTS: language, instruction, text input, a voice clip
-        and its transcript); what the model cannot use is left out."""
+        The last six follow the loaded model (Qwen3-TTS: language, instruction, text input, a voice clip
+        and its transcript, live text's words per second); what the model cannot use is left out."""
         request = self.request(text, mode, speaker, predictor, cuda_graph, do_sample, temperature, top_k,
                                top_p, seed, max_frames, voice=self.voice(language, instruct, text_input, ref_audio,
                                                                          ref_text))
-        request, _ = self.pipe.check(request)  # a bad request fails here, before the page is cleared
+        live = text_input == "live" and bool(self.info.get("live_text"))
+        request, _ = self.pipe.check(request, live)  # a bad request fails here, before the page is cleared
         take = Take(view=view, request=request)  # its probabilities are under this request
         start = time.perf_counter()
         events = None
@@ -96,7 +100,7 @@ class Lab:
             yield SynthOut(audio=None, heatmap=figures.empty("Waiting for the first frame…"),
                            stats=panels.running(request.predictor, 0, self.frame_s, 0.0, None, ""), files=None,
                            take=take)
-            events = self.pipe.stream(request, take.cancel)
+            events = self._open(request, take, feed_rate if live else None)
             for event in events:
                 if isinstance(event, TextDelta):
                     take.text += event.text
@@ -123,6 +127,17 @@ class Lab:
             take.cancel.set()  # also when Gradio closes this generator (a closed tab): the engine stops
             if events is not None:
                 events.close()
+
+    def _open(self, request: SpeechRequest, take: Take, feed_rate: float | None):
+        """The request's events; with a feed rate, its text fed word by word at that many words a second from a
+        thread of its own, as a writer would send it (`Pipeline.stream_text`), until it ends or is stopped."""
+        if feed_rate is None:
+            return self.pipe.stream(request, take.cancel)
+        stream = self.pipe.stream_text(dataclasses.replace(request, text=""), take.cancel)
+        words = re.findall(r"\s*\S+\s*", request.text) or [request.text]
+        threading.Thread(target=feed, args=(stream, words, 1.0 / max(float(feed_rate), 0.1), take.cancel),
+                         name="live-text", daemon=True).start()
+        return stream
 
     def _finish(self, take: Take, result, pending: list[np.ndarray]):
         """After Done (finished or stopped): the final heatmap, stats and downloads."""
@@ -212,7 +227,7 @@ class Lab:
         if info.get("instruct") and instruct and instruct.strip():
             fields["instruct"] = instruct
         if len(info.get("text_input") or []) > 1 and text_input:
-            fields["text_input"] = text_input
+            fields["text_input"] = "streaming" if text_input == "live" else text_input  # live reads as streaming
         if info.get("clone") and ref_audio is not None:
             fields["reference_audio"] = ref_audio
             fields["reference_text"] = ref_text if ref_text and ref_text.strip() else None
@@ -244,3 +259,11 @@ class Lab:
                  *write_codes(folder, codes, take.text, stats)]
         return [str(p) for p in paths]
 
+
+def feed(stream, words: list[str], pause_s: float, cancel) -> None:
+    """Send the words one by one, `pause_s` apart, then end the text (stop early once the take is stopped)."""
+    for i, word in enumerate(words):
+        if i and cancel.wait(pause_s):
+            break
+        stream.append(word)
+    stream.end()

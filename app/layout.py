@@ -115,7 +115,8 @@ def voice(p: SimpleNamespace, info: dict) -> None:
     """What the loaded model can vary: mode (Qwen3-Omni), speaker, language, instruction (VoiceDesign),
     how the text is fed, and a voice to clone (a Base model). What it cannot use is hidden."""
     speakers, languages = info.get("speakers") or [], info.get("languages") or []
-    text_inputs = info.get("text_input") or ["streaming"]
+    # live: the text fed word by word as it is "written" (Pipeline.stream_text), at the rate below
+    text_inputs = (info.get("text_input") or ["streaming"]) + (["live"] if info.get("live_text") else [])
     with gr.Row():
         p.mode = gr.Radio([("speak", "speak"), ("chat", "chat")], value="speak", label="Mode",
                           info="speak: say this text · chat: the model replies", elem_id="mode",
@@ -128,8 +129,11 @@ def voice(p: SimpleNamespace, info: dict) -> None:
                             placeholder="Describe the voice: e.g. a calm, low voice, speaking slowly",
                             visible=bool(info.get("instruct")))
     p.text_input = gr.Radio(text_inputs, value=info.get("default_text_input", text_inputs[0]), label="Text input",
-                            info="whole: all the text in the prompt · streaming: one text token per frame",
+                            info="whole: all the text in the prompt · streaming: one text token per frame · "
+                                 "live: streaming, the text fed word by word as if still being written",
                             elem_id="text-input", visible=len(text_inputs) > 1)
+    p.feed_rate = gr.Slider(1, 20, value=4, step=1, label="Live text: words per second", elem_id="feed-rate",
+                            visible=bool(info.get("live_text")))
     with gr.Accordion("Voice to clone", open=True, elem_id="clone-voice", visible=bool(info.get("clone"))):
         p.ref_audio = gr.Audio(sources=["upload", "microphone"], type="numpy", label="Reference clip",
                                elem_id="reference-audio")

@@ -87,6 +87,8 @@ def finished(stats: dict, text: str) -> str:
         cards.append(("requests per engine step", shared))
     if stats.get("mismatches") is not None:
         cards.append(("predictor mismatches", str(stats["mismatches"])))
+    if stats.get("text_wait_s"):  # live text: the talker caught up with the writer
+        cards.append(("waited for text", f'{stats["text_wait_s"]:.2f} s'))
     return _panel(title, cards, _stage_bar(stats), stats.get("warnings") or [], text)
 
 

@@ -44,7 +44,7 @@ def wire(p: SimpleNamespace, lab: Lab, studio: Studio, recording: Recording, sco
     private = dict(api_visibility="private")
     settings = [p.text, p.mode, p.speaker, p.predictor, p.cuda_graph, p.do_sample, p.temperature, p.top_k,
                 p.top_p, p.seed, p.max_frames, p.view, p.language, p.instruct, p.text_input]
-    synth_inputs = [*settings, p.ref_audio, p.ref_text]
+    synth_inputs = [*settings, p.ref_audio, p.ref_text, p.feed_rate]
     after_take = dict(fn=studio.after_take, inputs=[p.take, p.pinned, p.spectro_kind],
                       outputs=[getattr(p, name) for name in AfterTake._fields], show_progress="hidden", **private)
     gr.on([p.generate.click, p.text.submit], lab.synthesize, inputs=synth_inputs,
