@@ -47,9 +47,7 @@ def feed(stream, pieces: list[str], pause_s: float = 0.0, end: bool = True) -> t
 
 @pytest.fixture(scope="module")
 def pipe():
-    p = our_tts("custom_voice", exact=False)
-    yield p
-    p.close()
+    return our_tts("custom_voice", exact=False)  # shared with other files (cached): never closed here
 
 
 REQUESTS = [
@@ -77,14 +75,11 @@ def test_a_cloned_voice_and_exact_mode(exact):
     it: the whole text's tokens are projected in one call, the pieces' as they settle, and a GEMM's last bits
     depend on its rows: the same codes, the floats within float32's last bits."""
     base = our_tts("base", exact=exact)
-    try:
-        req = SpeechRequest("Is a test of the clone", reference_audio=(24000, tone(1.2)), predictor="kv", max_frames=20)
-        want = base.generate(dataclasses.replace(req, text_input="streaming"))
-        stream = base.stream_text(dataclasses.replace(req, text="Is a"))
-        feed(stream, cuts(req.text[4:], "odd"), pause_s=0.01)
-        got = collect(stream)
-    finally:
-        base.close()
+    req = SpeechRequest("Is a test of the clone", reference_audio=(24000, tone(1.2)), predictor="kv", max_frames=20)
+    want = base.generate(dataclasses.replace(req, text_input="streaming"))
+    stream = base.stream_text(dataclasses.replace(req, text="Is a"))
+    feed(stream, cuts(req.text[4:], "odd"), pause_s=0.01)
+    got = collect(stream)
     if not exact:
         return assert_same(got, want)
     np.testing.assert_array_equal(got.codes, want.codes)
@@ -180,12 +175,9 @@ def test_a_qwen3_omni_model_says_it_streams_its_own_reply():
 
 
 def test_an_in_context_clone_asks_for_the_whole_text():
-    base = our_tts("base", exact=False)
-    try:
-        with pytest.raises(RequestError, match="in-context clone"):
-            base.stream_text(SpeechRequest("Hi", reference_audio=(24000, tone(1.0)), reference_text="Hello"))
-    finally:
-        base.close()
+    with pytest.raises(RequestError, match="in-context clone"):
+        our_tts("base", exact=False).stream_text(SpeechRequest("Hi", reference_audio=(24000, tone(1.0)),
+                                                               reference_text="Hello"))
 
 
 def test_a_text_cut_at_the_limit_says_so(pipe):
