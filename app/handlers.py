@@ -90,7 +90,9 @@ class Lab:
                                top_p, seed, max_frames, voice=self.voice(language, instruct, text_input, ref_audio,
                                                                          ref_text))
         live = text_input == "live" and bool(self.info.get("live_text"))
-        request, _ = self.pipe.check(request, live)  # a bad request fails here, before the page is cleared
+        request, _ = self.pipe.check(request)  # a bad request fails here, before the page is cleared
+        if live:
+            self.pipe.check(request, live=True)
         take = Take(view=view, request=request)  # its probabilities are under this request
         start = time.perf_counter()
         events = None

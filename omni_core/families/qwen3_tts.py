@@ -71,7 +71,7 @@ class Qwen3TTS:
         new = seq.reply.refresh()
         if new:
             seq.emit(TextDelta(self.prompts.tokenizer.decode(new), new))
-        if seq.reply.done:
+        if seq.reply.done and not seq.prompt_ids:  # the text has just ended: the prompt's ids, as whole text's
             seq.prompt_ids = self.prompts.tokenize(assistant_text(seq.reply.text))
 
     def text_inputs(self, seqs: list[Sequence]) -> torch.Tensor:
