@@ -44,7 +44,8 @@ def wire(p: SimpleNamespace, lab: Lab, studio: Studio, recording: Recording, sco
     private = dict(api_visibility="private")
     settings = [p.text, p.mode, p.speaker, p.predictor, p.cuda_graph, p.do_sample, p.temperature, p.top_k,
                 p.top_p, p.seed, p.max_frames, p.view, p.language, p.instruct, p.text_input]
-    synth_inputs = [*settings, p.ref_audio, p.ref_text, p.feed_rate]
+    request_inputs = [*settings, p.ref_audio, p.ref_text]  # what a request is made of
+    synth_inputs = [*request_inputs, p.feed_rate]  # and how fast live text comes
     after_take = dict(fn=studio.after_take, inputs=[p.take, p.pinned, p.spectro_kind],
                       outputs=[getattr(p, name) for name in AfterTake._fields], show_progress="hidden", **private)
     gr.on([p.generate.click, p.text.submit], lab.synthesize, inputs=synth_inputs,
@@ -74,7 +75,7 @@ def wire(p: SimpleNamespace, lab: Lab, studio: Studio, recording: Recording, sco
                        outputs=surgery_outputs, concurrency_id="engine", **private).success(
         scorer.score_edit, inputs=[p.take, p.view, p.frame], outputs=score_outputs, concurrency_id="engine",
         show_progress="hidden", **private)  # heard first, then scored: each edited cell's p before → after
-    p.score_take.click(scorer.score_take, inputs=[p.take, p.frame, *synth_inputs], outputs=score_outputs,
+    p.score_take.click(scorer.score_take, inputs=[p.take, p.frame, *request_inputs], outputs=score_outputs,
                        concurrency_id="engine", show_progress="minimal", **private)
     p.edit_restore.click(studio.restore, inputs=[p.take, p.view, p.spectro_kind, p.frame],
                          outputs=surgery_outputs, **private)
