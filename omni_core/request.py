@@ -142,9 +142,6 @@ def _live(req: "SpeechRequest", mode: str, can: dict) -> None:
     if req.text_input is not None and str(req.text_input).strip().lower() != "streaming":
         raise RequestError("text that arrives in pieces is read a token per frame: use text_input='streaming' "
                            "(or leave it out); 'whole' needs all the text before the first frame")
-    if req.reference_text is not None:
-        raise RequestError("an in-context clone (reference_text) reads the text beside the clip's codes in its "
-                           "prompt: send the whole text, or leave reference_text out to clone the voice alone")
 
 
 def _text_input(value, can: dict) -> str | None:

@@ -174,10 +174,16 @@ def test_a_qwen3_omni_model_says_it_streams_its_own_reply():
         our_pipeline("tiny").stream_text(SpeechRequest("Hi"))
 
 
-def test_an_in_context_clone_asks_for_the_whole_text():
-    with pytest.raises(RequestError, match="in-context clone"):
-        our_tts("base", exact=False).stream_text(SpeechRequest("Hi", reference_audio=(24000, tone(1.0)),
-                                                               reference_text="Hello"))
+@pytest.mark.parametrize("text", ["Good morning", "Good morning world, this text runs on past the clip's codes."])
+def test_an_in_context_clone_waits_for_the_text_its_prompt_holds(text):
+    """An ICL clone's prompt holds the transcript and text over the clip's codes (16 rows for 1.2 s): it starts once
+    that much text has settled (or the text ended shorter), then reads the rest a token a frame."""
+    base = our_tts("base", exact=False)
+    req = SpeechRequest(text, reference_audio=(24000, tone(1.2)), reference_text="Hello the voice", max_frames=24)
+    want = base.generate(dataclasses.replace(req, text_input="streaming"))
+    stream = base.stream_text(dataclasses.replace(req, text=""))
+    feed(stream, cuts(text, "words"), pause_s=0.01)
+    assert_same(collect(stream), want)
 
 
 def test_a_text_cut_at_the_limit_says_so(pipe):

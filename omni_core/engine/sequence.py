@@ -74,7 +74,7 @@ class Sequence:
         self.prompt_ids: list[int] = []
         self.reply = TextSteps(None)  # admission makes the real one
         self.feed = None  # TextFeed: the text is still being written (Pipeline.stream_text); None: all given
-        self.voice = None  # live text: (Voice, x-vector) for the prompt its first token completes
+        self.voice = None  # live text: (Voice, x-vector, ICL reference codes) for the prompt its text completes
         self.text_wait_since: float | None = None  # live text: when the talker caught up with the text
         self.builder = None  # TalkerPromptBuilder, made at admission
         self.max_text_tokens: int | None = None

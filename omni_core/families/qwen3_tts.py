@@ -52,18 +52,22 @@ class Qwen3TTS:
                 codes = model.code2wav.encode(wav)  # [T, 16]
                 reference = (req.reference_text, codes)
         seq.decoder = open_stream(None if reference is None else reference[1].T)
-        if seq.feed is not None:  # text still being written: the prompt waits for its first token
-            seq.reply, seq.voice = LiveText(self.prompts, seq.feed, seq.stats.warnings), (voice, xvector)
+        if seq.feed is not None:  # text still being written: the prompt waits for the text it holds
+            prefix, held = ([], 1) if reference is None else (self.prompts.reference_ids(reference[0]),
+                                                              1 + reference[1].shape[0])
+            seq.reply = LiveText(self.prompts, seq.feed, seq.stats.warnings, prefix, held)
+            seq.voice = (voice, xvector, None if reference is None else reference[1])
             return
         prompt = self.prompts.build(req.text, voice, req.text_input == "whole", req.instruct, xvector, reference)
         seq.prompt_ids, seq.reply, seq.talker_prompt = prompt.ids, prompt.text, prompt.embeds
         seq.emit(TextDelta(req.text, seq.reply.spoken))
 
     def talker_prompt(self, model, seq: Sequence) -> torch.Tensor:
-        """Built at admission; for live text once its first token has settled."""
+        """Built at admission; for live text once the text it holds has settled."""
         if seq.talker_prompt is None:
-            voice, xvector = seq.voice
-            seq.talker_prompt = self.prompts.streaming_prompt(seq.reply.ids[0], voice, seq.req.instruct, xvector)
+            voice, xvector, codes = seq.voice
+            seq.talker_prompt = self.prompts.streaming_prompt(seq.reply.prompt_rows(), voice, seq.req.instruct,
+                                                              xvector, codes)
         return seq.talker_prompt
 
     def read_text(self, seq: Sequence) -> None:

@@ -26,34 +26,53 @@ if TYPE_CHECKING:
 
 class LiveText:
     """Speaks the engine's text-steps interface (done, ids, spoken, can_prompt, ready(k), step(k)), with
-    `refresh()` to take in what the caller sent (the engine's thread, between steps)."""
+    `refresh()` to take in what the caller sent (the engine's thread, between steps).
 
-    def __init__(self, builder: PromptBuilder, feed: "TextFeed", warnings: list[str]):
+    The streaming text is a line of entries: T(prefix + ids), then tts_eos once the text ends, then tts_pad.
+    The prompt holds the first `held` of them (the text's first token; an ICL clone's transcript and text over
+    its codec rows), decode step k entry held + k."""
+
+    def __init__(self, builder: PromptBuilder, feed: "TextFeed", warnings: list[str], prefix: list[int] = (),
+                 held: int = 1):
         self.builder, self.feed, self.warnings = builder, feed, warnings
+        self.prefix, self.held = list(prefix), held  # an ICL clone's transcript ids; the prompt's entries
         self.text = ""  # all the text received so far
         self.ids: list[int] = []  # its settled ids: what the talker may read
         self.done = False  # the text has ended: every id is settled
-        self.rows = builder.pad[:, :0]  # T(ids[1:]) [1, len(ids) - 1, H]: the decode steps' text, as it settles
+        self.rows = builder.project(self.prefix)  # T(prefix + ids) [1, n, H], projected as the ids settle
 
     @property
     def spoken(self) -> list[int]:
         return self.ids
 
     @property
+    def known(self) -> int:
+        """Entries known to be tokens."""
+        return len(self.prefix) + len(self.ids)
+
+    @property
     def can_prompt(self) -> bool:
-        """The prompt holds the first token (or the text ended with none, and there is nothing to speak)."""
-        return bool(self.ids) or self.done
+        """The prompt's entries are known (or the text ended: with no text there is nothing to speak)."""
+        return self.known >= self.held or self.done
 
     def ready(self, k: int) -> bool:
-        """Whether decode step k's text is known: token k + 1, or the end."""
-        return self.done or k + 1 < len(self.ids)
+        """Whether decode step k's entry is known: a token, or (once the text has ended) tts_eos or tts_pad."""
+        return self.done or self.held + k < self.known
+
+    def entry(self, j: int) -> torch.Tensor:
+        """Entry j [1, 1, H]."""
+        if j < self.known:
+            return self.rows[:, j:j + 1]
+        assert self.done, f"text entry {j} is not known yet ({self.known} settled)"
+        return self.builder.eos if j == self.known else self.builder.pad
 
     def step(self, k: int) -> torch.Tensor:
-        """Decode step k's text [1, 1, H]: T(token k + 1), then tts_eos, then tts_pad."""
-        assert self.ready(k), f"text step {k} is not known yet ({len(self.ids)} settled tokens)"
-        if k + 1 < len(self.ids):
-            return self.rows[:, k:k + 1]
-        return self.builder.eos if k + 1 == len(self.ids) else self.builder.pad
+        """Decode step k's text [1, 1, H]."""
+        return self.entry(self.held + k)
+
+    def prompt_rows(self) -> torch.Tensor:
+        """The prompt's entries [1, held, H]."""
+        return torch.cat([self.entry(j) for j in range(self.held)], dim=1)
 
     def refresh(self) -> list[int]:
         """Take in the text sent since the last look → the ids it settled (their rows projected)."""
@@ -66,9 +85,8 @@ class LiveText:
         if ids[:len(self.ids)] != self.ids:  # a tokenizer whose earlier tokens moved (it normalises across pieces)
             self.warnings.append("the text's earlier tokens changed as it grew; the talker kept what it had read")
         new = ids[len(self.ids):]
-        first = 0 if self.ids else 1  # the first token goes into the prompt, not a decode step
-        if new[first:]:
-            self.rows = torch.cat([self.rows, self.builder.project(new[first:])], dim=1)
+        if new:
+            self.rows = torch.cat([self.rows, self.builder.project(new)], dim=1)
         self.ids = self.ids + new
         return new
 

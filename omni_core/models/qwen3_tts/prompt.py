@@ -130,12 +130,22 @@ class PromptBuilder:
         return torch.cat(parts, dim=1), track
 
     @torch.no_grad()
-    def streaming_prompt(self, first: int, voice: Voice, instruct: str | None = None,
-                         xvector: torch.Tensor | None = None) -> torch.Tensor:
-        """The streaming-text prompt [1, L, H] from the text's first token alone (the rows `build` makes for it),
-        for text that is still being written (live_text.py)."""
+    def streaming_prompt(self, text: torch.Tensor, voice: Voice, instruct: str | None = None,
+                         xvector: torch.Tensor | None = None, codes: torch.Tensor | None = None) -> torch.Tensor:
+        """The streaming-text prompt [1, L, H] from the text rows it holds (`text` [1, n, H]: the first token's; an
+        ICL clone's, over its reference codes [T, 16]), as `build` makes it, for text still being written
+        (live_text.py)."""
         head, track = self.head(self.tokenize(assistant_text(""))[:3], voice, instruct, xvector)
-        return torch.cat([head, self.project([first]) + track[:, -1:]], dim=1)
+        return torch.cat([head, text + (track[:, -1:] if codes is None else self.icl_codec(codes))], dim=1)
+
+    def reference_ids(self, transcript: str) -> list[int]:
+        """An ICL clone's transcript ids, which go before the text's."""
+        return self.tokenize(reference_text(transcript))[3:-2]
+
+    def icl_codec(self, codes: torch.Tensor) -> torch.Tensor:
+        """An ICL clone's codec rows [1, 1 + T, H]: codec_bos, then the reference frames' summed embeddings."""
+        bos = self.talker.embed_codec([self.cfg.codec_ids["codec_bos_id"]])
+        return torch.cat([bos, self.talker.embed_frames(codes)], dim=1)
 
     def text_ids(self, text: str) -> list[int]:
         """The ids of `text` as the prompt tokenizes it (inside the assistant turn: ids[3:-5])."""
@@ -157,13 +167,11 @@ class PromptBuilder:
     def icl(self, text_ids: list[int], reference: tuple[str, torch.Tensor], whole: bool):
         """An ICL clone's rows [1, R, H] and text steps."""
         transcript, codes = reference
-        ref_ids = self.tokenize(reference_text(transcript))[3:-2]
-        text = torch.cat([self.project(ref_ids + text_ids), self.eos], dim=1)  # [1, Lt, H]
-        c = self.cfg.codec_ids
-        codec = torch.cat([self.talker.embed_codec([c["codec_bos_id"]]), self.talker.embed_frames(codes)], dim=1)
+        text = torch.cat([self.project(self.reference_ids(transcript) + text_ids), self.eos], dim=1)  # [1, Lt, H]
+        codec = self.icl_codec(codes)
         Lt, Lc = text.shape[1], codec.shape[1]
         if whole:
-            pads = self.talker.embed_codec([c["codec_pad_id"]] * Lt)
+            pads = self.talker.embed_codec([self.cfg.codec_ids["codec_pad_id"]] * Lt)
             return torch.cat([text + pads, codec + self.pad], dim=1), self.pad
         if Lt > Lc:
             return text[:, :Lc] + codec, text[:, Lc:]
