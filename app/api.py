@@ -28,18 +28,17 @@ read and checked in api_request.py; the engine's events reach the client through
 from __future__ import annotations
 
 import functools
-import hmac
 
 import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.api_request import MODEL_ALIASES, ApiError, openai_voices, param_of, parse, read_json
+from app.api_request import MODEL_ALIASES, ApiError, authorize, hand_over, openai_voices, parse, read_json
 from app.api_stream import EngineStream, Events, whole
 from app.api_ws import SpeechSocket
 from app.audio_formats import MEDIA_TYPES, STREAMED, EncodeError, encode, pcm_bytes, wav_header
 from app.layout import default_predictor
-from omni_core import AudioChunk, EngineBusy, EngineError, RequestError, SpeechRequest
+from omni_core import AudioChunk, EngineError, SpeechRequest
 
 
 RETRY_AFTER_S = 2
@@ -120,23 +119,11 @@ class SpeechApi:
     # --- the call, step by step -------------------------------------------------------------------
 
     def authorize(self, request: Request) -> None:
-        if self.api_key is None:
-            return
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.api_key.encode()):
-            raise ApiError(401, "this server needs its API key: send the header Authorization: Bearer <key>",
-                           code="invalid_api_key")
+        authorize(self.api_key, request)
 
     async def submit(self, speech: SpeechRequest):
         """Hand the request to the engine (its checks run here): the stream of its events."""
-        try:
-            return await anyio.to_thread.run_sync(self.pipe.stream, speech)
-        except EngineBusy as exc:
-            raise ApiError(503, str(exc), code="engine_busy", headers={"Retry-After": str(RETRY_AFTER_S)}) from None
-        except RequestError as exc:
-            raise ApiError(400, str(exc), param=param_of(str(exc))) from None
-        except EngineError as exc:
-            raise ApiError(503, f"the engine is down: {exc}", code="engine_down") from None
+        return await hand_over(self.pipe.stream, speech, RETRY_AFTER_S)
 
     async def chunks(self, events: Events, fmt: str):
         """A streamed body: the WAV header first (wav), then each AudioChunk's samples as they come."""

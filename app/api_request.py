@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import io
 import json
 import shutil
 from dataclasses import dataclass
 
+import anyio
 import soundfile as sf
 from fastapi import Request
+from starlette.requests import HTTPConnection
 from fastapi.responses import JSONResponse
 
 from app.audio_formats import MEDIA_TYPES
-from omni_core import MAX_TEXT_CHARS, SpeechRequest
+from omni_core import MAX_TEXT_CHARS, EngineBusy, EngineError, RequestError, SpeechRequest
 
 MAX_INPUT_CHARS = MAX_TEXT_CHARS  # the engine's own limit: longer input is refused (413), never cut
 MAX_BODY_BYTES = 16 * 2**20  # room for a 60 s 48 kHz stereo WAV clip as base64 ref_audio
@@ -169,3 +172,28 @@ async def read_json(request: Request) -> dict:
     if not isinstance(value, dict):
         raise ApiError(400, "the body must be a JSON object such as {\"input\": \"Hello\"}")
     return value
+
+
+def authorize(api_key: str | None, connection: HTTPConnection, query: bool = False) -> None:
+    """ApiError 401 unless the call carries the key (none set: every call does): the header Authorization: Bearer,
+    or with `query` (a browser's WebSocket, which can send no header) ?api_key=."""
+    if api_key is None:
+        return
+    scheme, _, token = connection.headers.get("authorization", "").partition(" ")
+    token = token.strip() if scheme.lower() == "bearer" else connection.query_params.get("api_key", "") if query else ""
+    if not hmac.compare_digest(token.encode(), api_key.encode()):
+        raise ApiError(401, "this server needs its API key: send the header Authorization: Bearer <key>"
+                       + (", or ?api_key=<key>" if query else ""), code="invalid_api_key")
+
+
+async def hand_over(submit, speech: SpeechRequest, retry_after_s: int = 2):
+    """submit(speech) (the pipeline's stream or stream_text; its checks run there) in a worker thread → its stream;
+    the engine's refusals as ApiError: 400 a bad field, 503 a full line (with Retry-After) or an engine down."""
+    try:
+        return await anyio.to_thread.run_sync(submit, speech)
+    except EngineBusy as exc:
+        raise ApiError(503, str(exc), code="engine_busy", headers={"Retry-After": str(retry_after_s)}) from None
+    except RequestError as exc:
+        raise ApiError(400, str(exc), param=param_of(str(exc))) from None
+    except EngineError as exc:
+        raise ApiError(503, f"the engine is down: {exc}", code="engine_down") from None

@@ -19,17 +19,16 @@ engine's next step; one that never ends its text is stopped by the time budget.
 
 from __future__ import annotations
 
-import hmac
 import json
 
 import anyio
 from fastapi import WebSocket, WebSocketDisconnect
 from starlette.websockets import WebSocketState
 
-from app.api_request import ApiError, parse, param_of
+from app.api_request import ApiError, authorize, hand_over, parse
 from app.api_stream import Events
 from app.audio_formats import STREAMED, pcm_bytes, wav_header
-from omni_core import AudioChunk, Done, EngineBusy, EngineError, Frame, RequestError, TextDelta
+from omni_core import AudioChunk, Done, EngineError, Frame, RequestError, TextDelta
 
 CLOSE_CODES = {401: 1008, 503: 1011, 500: 1011}  # an error's close code by its status; else 1003
 
@@ -42,7 +41,7 @@ class SpeechSocket:
         await ws.accept()
         events = None
         try:
-            self.authorize(ws)
+            authorize(self.api_key, ws, query=True)
             start, events = await self.start(ws)
             async with anyio.create_task_group() as group:
                 group.start_soon(self.listen, ws, events, group.cancel_scope)
@@ -58,15 +57,6 @@ class SpeechSocket:
             if events is not None:
                 events.close()  # the request stops at the engine's next step, however this ended
 
-    def authorize(self, ws: WebSocket) -> None:
-        if self.api_key is None:
-            return
-        scheme, _, token = ws.headers.get("authorization", "").partition(" ")
-        token = token.strip() if scheme.lower() == "bearer" else ws.query_params.get("api_key", "")
-        if not hmac.compare_digest(token.encode(), self.api_key.encode()):
-            raise ApiError(401, "this server needs its API key: send Authorization: Bearer <key>, or ?api_key=<key>",
-                           code="invalid_api_key")
-
     async def start(self, ws: WebSocket) -> tuple[dict, Events]:
         """The start message → (its fields, the request's events)."""
         start = await receive(ws)
@@ -77,14 +67,7 @@ class SpeechSocket:
         if ask.fmt not in STREAMED:
             raise ApiError(400, f"response_format {ask.fmt!r} cannot stream: choose pcm or wav (and \"codes\": true "
                                 "for the codes)", param="response_format")
-        try:
-            stream = await anyio.to_thread.run_sync(self.pipe.stream_text, ask.request)
-        except EngineBusy as exc:
-            raise ApiError(503, str(exc), code="engine_busy") from None
-        except RequestError as exc:
-            raise ApiError(400, str(exc), param=param_of(str(exc))) from None
-        except EngineError as exc:
-            raise ApiError(503, f"the engine is down: {exc}", code="engine_down") from None
+        stream = await hand_over(self.pipe.stream_text, ask.request)
         return {**start, "fmt": ask.fmt}, Events(stream, (TextDelta, Frame, AudioChunk, Done))
 
     async def listen(self, ws: WebSocket, events: Events, scope: anyio.CancelScope) -> None:

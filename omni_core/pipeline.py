@@ -170,7 +170,7 @@ class Pipeline:
         seq.feed = TextFeed(self.engine.wake)
         seq.feed.append(seq.req.text)
         self.engine.submit(seq)
-        return TextStream(self.engine, seq, seq.feed)
+        return TextStream(self.engine, seq)
 
     def _sequence(self, request: SpeechRequest, cancel, overlap: bool, live: bool = False) -> Sequence:
         clean, warnings = self.check(request, live)

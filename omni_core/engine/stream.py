@@ -95,14 +95,10 @@ class TextStream(Stream):
     has settled and waits when it has caught up; `close()` stops the request, and an unended text is stopped
     by the pipeline's time budget."""
 
-    def __init__(self, engine, seq: Sequence, feed):
-        super().__init__(engine, seq)
-        self.feed = feed  # TextFeed
-
     def append(self, text: str) -> None:
         """More of the text (RequestError if it is not a string, or after `end()`)."""
-        self.feed.append(text)
+        self._seq.feed.append(text)
 
     def end(self) -> None:
         """The text is complete."""
-        self.feed.end()
+        self._seq.feed.end()

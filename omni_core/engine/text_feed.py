@@ -44,11 +44,6 @@ class TextFeed:
             self._ended = True
         self._wake()
 
-    @property
-    def ended(self) -> bool:
-        with self._lock:
-            return self._ended
-
     def take(self) -> tuple[str, bool, list[str]]:
         """(the text appended since the last take, whether the text has ended, new warnings): the engine's side."""
         with self._lock:
