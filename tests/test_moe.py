@@ -8,6 +8,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from omni_core.models import moe
+from omni_core.models.moe import row_sigmoid
 from omni_core.models.config import DecoderConfig
 from tests.conftest import our_pipeline
 
@@ -109,3 +110,14 @@ def test_the_decode_step_the_gpu_way_reads_nothing_on_the_host(preset, part, mon
             got = stack.decode_rows(h, caches)
     assert reads.seen == []
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_shared_gates_sigmoid_gives_a_row_its_lone_bits_in_any_call(dtype):
+    """row_sigmoid: a row's gate alone and in a call of 2..80 rows, at any place. (torch.sigmoid over the same
+    [N, 1] gates fails it from 64 rows on an AVX2 Zen 3: vector code for some rows, scalar for others.)"""
+    gate = (torch.randn(83, 1, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
+    alone = torch.cat([row_sigmoid(gate[r:r + 1]) for r in range(83)])
+    for rows in range(2, 81):
+        for at in (0, 3):
+            assert torch.equal(row_sigmoid(gate[at:at + rows]), alone[at:at + rows]), (rows, at)

@@ -9,12 +9,26 @@ import torch.nn.functional as F
 from torch import nn
 
 from omni_core.models.config import DecoderConfig
-from omni_core.models.invariant import SAFE, Linear, linear
+from omni_core.models.invariant import PLAIN, SAFE, Linear, linear
 from omni_core.models.layers import MLP
 
 # Devices whose decoding reads the routed ids on the host (`Experts.forward`); elsewhere several rows, and
 # compiled graphs, decode with `Experts.rows`, which never does. A host read costs a CPU nothing (it has no queue).
 HOST_READS_ON = ("cpu",)
+
+
+# A multiple of every CPU's vector loop (ATen's pointwise loops take two vectors at a time, 16 floats with AVX2,
+# 32 with AVX-512, and leave the remainder to scalar code).
+SIGMOID_WIDTH = 64
+
+
+def row_sigmoid(gate: torch.Tensor) -> torch.Tensor:
+    """sigmoid of an [N, 1] gate with the same code for every row, whatever N. Over [N, 1] ATen computes some
+    rows with vector code and the others with scalar code, whose exp rounds otherwise, by the call's size: on an
+    AVX2 CPU (Zen 3) a standalone call differs from its rows alone from 64 rows, and the talker's gates in the
+    engine's 24-row decode steps gave 6 to 9 of 24 requests other bits than alone (test_engine's 17..32 rows).
+    Over [N, 64] every element is vector code, a lone row's too (tests/test_moe.py)."""
+    return torch.sigmoid(gate.expand(-1, SIGMOID_WIDTH).contiguous())[:, :1]
 
 
 class Router(nn.Module):
@@ -115,7 +129,7 @@ class SparseMoe(nn.Module):
 
     def forward(self, x: torch.Tensor, sizes: list[int] | None = None) -> torch.Tensor:
         """x [B, T, C] → [B, T, C]. sizes: x [1, ΣT, C] packs several requests' prompt pieces of these lengths
-        (`DecoderStack.prefill_rows`); each piece's gate sigmoid is then its own call, as alone."""
+        (`DecoderStack.prefill_rows`); in exact mode each piece's gate sigmoid is then its own call, as alone."""
         B, T, C = x.shape
         flat = x.reshape(-1, C)
         # Decoding (a token per row) in a compiled graph, or several rows on a GPU: no host reads
@@ -129,10 +143,10 @@ class SparseMoe(nn.Module):
                 # Inductor computes a [1, 1] tensor's sigmoid with scalar code and an [N, 1] one's with vector
                 # code, whose exp rounds otherwise: a row would get other bits alone than beside others. Over
                 # [N, C] every row's sigmoid is the same vector code.
-                gate = gate.expand(-1, C)
-            if sizes is not None:
-                # ATen's sigmoid of an [N, 1] tensor takes vector code for some rows and scalar code for others
-                # (by where a row falls in the call), whose exp rounds otherwise: a piece's rows get its own call's.
+                gate = torch.sigmoid(gate.expand(-1, C))
+            elif self.shared_expert_gate.plan != PLAIN:  # batch-invariant: a row's bits are its own (row_sigmoid)
+                gate = row_sigmoid(gate)
+            elif sizes is not None:  # exact mode, as the official call of each piece
                 gate = torch.cat([torch.sigmoid(g) for g in gate.split(sizes)])
             else:
                 gate = torch.sigmoid(gate)
