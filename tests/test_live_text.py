@@ -109,16 +109,18 @@ def test_the_talker_waits_for_text_it_has_not_got(pipe):
 
 
 def test_text_never_ended_is_stopped_by_the_time_budget(pipe):
+    # The budget counts from admission, the wait from the frame that used up the text: the frames before it
+    # took 0.25 s of a 0.5 s budget on a loaded 2-core Zen 3, so the budget leaves the wait most of 2 s.
     before = pipe.time_budget_s
-    pipe.time_budget_s = 0.5
+    pipe.time_budget_s = 2.0
     try:
         stream = pipe.stream_text(SpeechRequest("Still writing", speaker="vivian"))
         t0 = time.perf_counter()
         result = collect(stream)
     finally:
         pipe.time_budget_s = before
-    assert result.stats.stopped == "time_budget" and time.perf_counter() - t0 < 5
-    assert result.stats.text_wait_s > 0.3 and pipe.active == 0
+    assert result.stats.stopped == "time_budget" and time.perf_counter() - t0 < 6
+    assert result.stats.text_wait_s > 1.0 and pipe.active == 0
 
 
 def test_a_closed_stream_frees_its_place(pipe):
