@@ -42,8 +42,9 @@ LAST = ("test_random_weights.py",)
 
 
 def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(SLOW_FIRST)} | {name: 1000 + i for i, name in enumerate(LAST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: the rest keep their order
+    rank = {name: i for i, name in enumerate((*SLOW_FIRST, None, *LAST))}  # None: the place of every other file
+    rest = rank[None]
+    items.sort(key=lambda item: rank.get(item.path.name, rest))  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True, scope="module")
