@@ -116,7 +116,7 @@ def test_only_the_plan_kept_is_checked_on_33_to_64_rows(monkeypatch):
     widened = []
     real = probe.widened
     monkeypatch.setattr(probe, "widened", lambda plan, *args: widened.append(plan) or real(plan, *args))
-    monkeypatch.setattr(probe, "first_holding", lambda weight, bias: Plan(2, 32))
+    monkeypatch.setattr(probe, "first_holding", lambda weight, bias, calls=None: Plan(2, 32))
     monkeypatch.setattr(probe, "holds", lambda plan, *args, **kwargs: True)
     monkeypatch.setattr(timing, "timings", lambda plans, *args, **kwargs: {p: (1.0, 1.0) if p == ONEDNN
                                                                            else (2.0, 2.0) for p in plans})
@@ -209,7 +209,7 @@ def test_a_large_weight_is_timed_against_onednn_only(timed):
 def test_a_large_weight_pads_a_lone_row_into_its_run(monkeypatch):
     """Where a lone row's kernel differs from the run's (first_holding pads it), every dtype takes the run (the
     default since issue 42; `exact=True` gives the official 1-row call's bits), whatever the timings."""
-    monkeypatch.setattr(probe, "first_holding", lambda weight, bias: Plan(2, 32))
+    monkeypatch.setattr(probe, "first_holding", lambda weight, bias, calls=None: Plan(2, 32))
     monkeypatch.setattr(timing, "timings", lambda plans, *args, **kwargs: {p: (1.0, 1.0) if p == Plan(2, 32)
                                                                            else (1.0, 8.0) for p in plans})
     for dtype in (torch.bfloat16, torch.float32):

@@ -70,27 +70,30 @@ def may_pack(weight: torch.Tensor) -> bool:
 
 
 def _choose(weight: torch.Tensor, bias: torch.Tensor | None, kernels: frozenset[Kernel]) -> Plan:
-    """The fastest plan that holds, then widened (checked on 33-64 rows: only the plan kept pays for that)."""
-    return probe.widened(_fastest_holding(weight, bias, kernels), weight, bias)
+    """The fastest plan that holds, then widened (checked on 33-64 rows: only the plan kept pays for that); the
+    probes share the weight's random rows and repeated calls (probe.Calls)."""
+    calls = probe.Calls(weight, bias)
+    return probe.widened(_fastest_holding(weight, bias, kernels, calls), weight, bias, calls)
 
 
-def _fastest_holding(weight: torch.Tensor, bias: torch.Tensor | None, kernels: frozenset[Kernel]) -> Plan:
+def _fastest_holding(weight: torch.Tensor, bias: torch.Tensor | None, kernels: frozenset[Kernel],
+                     calls: probe.Calls) -> Plan:
     """The first plan that holds; then, where others hold too (a small weight's one-thread plan, a
     large weight's ONEDNN), the fastest of them."""
     large = timed(weight)
     others, packed = [], None
     if not large and Kernel.SERIAL in kernels and weight.device.type == "cpu":
-        serial = serial_plan(weight, bias)
+        serial = serial_plan(weight, bias, calls)
         if serial != ROWWISE:
             others.append(serial)
         if torch.get_num_threads() == 1:  # the same calls; and a serial plan holds at any thread count
             return serial
-    plan = probe.first_holding(weight, bias)
+    plan = probe.first_holding(weight, bias, calls)
     if plan == ROWWISE:
         return plan
     if large:
         packed = onednn.pack(weight) if Kernel.ONEDNN in kernels and may_pack(weight) else None
-        if packed is not None and probe.holds(ONEDNN, weight, bias, packed=packed):
+        if packed is not None and probe.holds(ONEDNN, weight, bias, packed=packed, calls=calls):
             others.append(ONEDNN)
     if not others:
         return plan
@@ -99,10 +102,10 @@ def _fastest_holding(weight: torch.Tensor, bias: torch.Tensor | None, kernels: f
     return timing.fastest(plans, times)
 
 
-def serial_plan(weight: torch.Tensor, bias: torch.Tensor | None) -> Plan:
+def serial_plan(weight: torch.Tensor, bias: torch.Tensor | None, calls: probe.Calls | None = None) -> Plan:
     """The first plan that holds on one thread, as Kernel.SERIAL (which holds whatever the engine's threads);
     ROWWISE where none does."""
-    plan = on_one_thread(probe.first_holding, weight, bias)
+    plan = on_one_thread(probe.first_holding, weight, bias, calls)
     return plan if plan == ROWWISE else plan._replace(kernel=Kernel.SERIAL)
 
 

@@ -5,6 +5,7 @@ those runs into plans to try, cheapest first; `holds` checks a plan at every row
 offsets, bit for bit against each row's lone call; `widened` extends the plan kept (choose.py) from
 PROBE_ROWS to WIDE_ROWS where every count between holds too. The answer depends on the shape, the dtype and
 the machine's kernels, never on the weights' values (so it is kept per machine: store.py).
+One weight's probes share its random rows and the calls they repeat (`Calls`).
 """
 
 from __future__ import annotations
@@ -23,44 +24,81 @@ WIDE_ROWS = 64  # a plan whose run reaches PROBE_ROWS is checked on up to this m
 WIDE_NUMEL = 2**25  # ... for weights of at most this many elements (a vocabulary head takes a few rows a call)
 
 
+class Calls:
+    """One weight's probe rows X (random, from `seed`: enough for every probe) and the GEMM calls on them that
+    the probes repeat, each made once per thread count: every row's 1-row call (a plan's `solo`, the same for
+    every plan of its padding) and the calls of 1..PROBE_ROWS rows from row 0 (`runs`' calls, which are each
+    plan's offset-0 calls where it makes one plain call). A vocabulary head's call costs about a second on a CPU
+    without bfloat16 instructions, whatever its rows: a third of its probe was such repeats.
+    Each kept result is the very call `linear` makes (the same rows of the same tensor, the same kernel and
+    threads), so a probe's answers are the ones it gives without them."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, seed: int = 0):
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        rows = max(WIDE_ROWS + 3, half_rows(weight))  # the most any probe reads (holds, widened)
+        self.X = torch.randn(rows, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
+        self.weight, self.bias, self.kept = weight, bias, {}
+
+    def linear(self, plan: Plan, start: int, n: int, packed: torch.Tensor | None = None) -> torch.Tensor:
+        """invariant.linear(X[start:start + n]) under `plan`, bit for bit; a repeated call read from `kept`."""
+        x = self.X[start:start + n]
+        repeated = n == 1 or (start == 0 and n <= PROBE_ROWS)
+        if plan.kernel is Kernel.ONEDNN or plan == ROWWISE or n > plan.chunk or not repeated:
+            return linear(x, self.weight, self.bias, plan, packed)
+        if plan.kernel is Kernel.SERIAL and torch.get_num_threads() > 1:
+            return on_one_thread(self.linear, plan, start, n)
+        pad = max(plan.pad_min, n)  # invariant._blocks: one call, zero rows after a short one
+        key = (torch.get_num_threads(), start, n, pad)
+        if key not in self.kept:
+            self.kept[key] = F.linear(F.pad(x, (0, 0, 0, pad - n)) if pad > n else x, self.weight, self.bias)[:n]
+        return self.kept[key]
+
+
+def half_rows(weight: torch.Tensor) -> int:
+    """The rows a half-precision weight is checked on (PROBE_OUTPUTS outputs, at most PROBE_ROWS_MAX); 0 else."""
+    return min(PROBE_OUTPUTS // weight.shape[0], PROBE_ROWS_MAX) if weight.element_size() < 4 else 0
+
+
 def holds(plan: Plan, weight: torch.Tensor, bias: torch.Tensor | None = None, seed: int = 0,
-          packed: torch.Tensor | None = None, counts: range = range(2, PROBE_ROWS + 1)) -> bool:
+          packed: torch.Tensor | None = None, counts: range = range(2, PROBE_ROWS + 1),
+          calls: Calls | None = None) -> bool:
     """Whether every row of every call of `counts` rows, at offsets 0 and 3 of random data, equals
     that row's own 1-row call under `plan`, bit for bit; and, for a narrow half-precision weight, so do
     PROBE_OUTPUTS outputs' rows (at most PROBE_ROWS_MAX) in calls of `counts` rows in turn: a bfloat16
     output hides most of two kernels' differences in summing order, so they show in rare last bits only,
-    which 35 rows miss (BENCHMARKS.md, "Batch invariance")."""
+    which 35 rows miss (BENCHMARKS.md, "Batch invariance"). calls: the weight's shared rows and calls."""
     if plan.kernel is Kernel.SERIAL and torch.get_num_threads() > 1:  # its calls on one thread: switch once
-        return on_one_thread(holds, plan, weight, bias, seed, packed, counts)
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    rows = counts[-1] + 3
-    if weight.element_size() < 4:
-        rows = max(rows, min(PROBE_OUTPUTS // weight.shape[0], PROBE_ROWS_MAX))
-    X = torch.randn(rows, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
+        return on_one_thread(holds, plan, weight, bias, seed, packed, counts, calls)
+    calls = calls or Calls(weight, bias, seed)
+    rows = max(counts[-1] + 3, half_rows(weight))
     if plan.kernel is Kernel.ONEDNN and packed is None:
         packed = onednn.pack(weight)
+
+    def call(start: int, n: int) -> torch.Tensor:
+        return calls.linear(plan, start, n, packed)
+
     with torch.no_grad():
-        solo = torch.cat([linear(X[r:r + 1], weight, bias, plan, packed) for r in range(X.shape[0])])
+        solo = torch.cat([call(r, 1) for r in range(rows)])
         for M in counts:
             for offset in (0, 3):
-                if not torch.equal(linear(X[offset:offset + M], weight, bias, plan, packed), solo[offset:offset + M]):
+                if not torch.equal(call(offset, M), solo[offset:offset + M]):
                     return False
         at, turn = counts[-1] + 3, 0
         while at < rows:
-            M = counts[turn % len(counts)]  # counts in turn, from the first
-            if not torch.equal(linear(X[at:at + M], weight, bias, plan, packed), solo[at:at + M]):
+            M = min(counts[turn % len(counts)], rows - at)  # counts in turn, from the first; the last cut at rows
+            if not torch.equal(call(at, M), solo[at:at + M]):
                 return False
             at, turn = at + M, turn + 1
     return True
 
 
-def runs(weight: torch.Tensor, bias: torch.Tensor | None = None, seed: int = 0) -> list[tuple[int, int]]:
+def runs(weight: torch.Tensor, bias: torch.Tensor | None = None, seed: int = 0,
+         calls: Calls | None = None) -> list[tuple[int, int]]:
     """Row counts 1..PROBE_ROWS grouped into runs that share a kernel: M joins the run that starts at
     s when the first s rows of an M-row call equal an s-row call's, bit for bit. [(first, last), ...]"""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    X = torch.randn(PROBE_ROWS, weight.shape[1], generator=gen).to(weight.device, weight.dtype)
+    calls = calls or Calls(weight, bias, seed)
     with torch.no_grad():
-        outs = [F.linear(X[:M], weight, bias) for M in range(1, PROBE_ROWS + 1)]
+        outs = [calls.linear(Plan(M, M), 0, M) for M in range(1, PROBE_ROWS + 1)]  # one plain call each
     found = [[1, 1]]
     for M in range(2, PROBE_ROWS + 1):
         start = found[-1][0]
@@ -85,12 +123,14 @@ def candidates(found: list[tuple[int, int]]) -> list[Plan]:
     return sorted(long) + sorted(short) + [SAFE]
 
 
-def first_holding(weight: torch.Tensor, bias: torch.Tensor | None) -> Plan:
+def first_holding(weight: torch.Tensor, bias: torch.Tensor | None, calls: Calls | None = None) -> Plan:
     """The first of `candidates` that passes `holds` on the calling thread's kernels, else ROWWISE."""
-    return next((p for p in candidates(runs(weight, bias)) if holds(p, weight, bias)), ROWWISE)
+    calls = calls or Calls(weight, bias)
+    return next((p for p in candidates(runs(weight, bias, calls=calls)) if holds(p, weight, bias, calls=calls)),
+                ROWWISE)
 
 
-def widened(plan: Plan, weight: torch.Tensor, bias: torch.Tensor | None) -> Plan:
+def widened(plan: Plan, weight: torch.Tensor, bias: torch.Tensor | None, calls: Calls | None = None) -> Plan:
     """`plan` cutting calls at WIDE_ROWS instead of PROBE_ROWS where every call of PROBE_ROWS+1..WIDE_ROWS
     rows holds too (`holds`, on the plan's own threads); else `plan`. A GEMM of many rows runs nearer the CPU's
     peak than the same rows cut into blocks of 32, each reading all the weights: a prompt's prefill, a batch of
@@ -98,4 +138,4 @@ def widened(plan: Plan, weight: torch.Tensor, bias: torch.Tensor | None) -> Plan
     if plan.chunk != PROBE_ROWS or plan.kernel not in (Kernel.ATEN, Kernel.SERIAL) or weight.numel() > WIDE_NUMEL:
         return plan
     wide = plan._replace(chunk=WIDE_ROWS)
-    return wide if holds(wide, weight, bias, counts=range(PROBE_ROWS + 1, WIDE_ROWS + 1)) else plan
+    return wide if holds(wide, weight, bias, counts=range(PROBE_ROWS + 1, WIDE_ROWS + 1), calls=calls) else plan
