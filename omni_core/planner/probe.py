@@ -31,7 +31,8 @@ class Calls:
     plan's offset-0 calls where it makes one plain call). A vocabulary head's call costs about a second on a CPU
     without bfloat16 instructions, whatever its rows: a third of its probe was such repeats.
     Each kept result is the very call `linear` makes (the same rows of the same tensor, the same kernel and
-    threads), so a probe's answers are the ones it gives without them."""
+    threads), so a probe's answers are the ones it gives without them. They are kept while the weight is probed
+    (`choose` makes one Calls a weight): a vocabulary head's 528 rows of runs' outputs, as `runs` held them before."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, seed: int = 0):
         gen = torch.Generator(device="cpu").manual_seed(seed)
