@@ -3,6 +3,8 @@ and a tokenizer with the tiny one's bytes and Qwen's ids for the named tokens.""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from omni_core.synthetic import presets
@@ -35,3 +37,31 @@ def test_tokenizer_has_qwens_ids_and_the_byte_ids():
     ids = tok.apply_chat_template([{"role": "user", "content": "a"}], add_generation_prompt=True, tokenize=True)
     ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
     assert ids[:2] == [151644, 872] and ids[-2:] == [77091, 10]
+
+
+def test_a_build_without_hfs_matrix_draws_gives_the_same_weights_bit_for_bit():
+    """`matrices_left_undrawn` skips HF's random init of the >= 2-D tensors, which `spread_weights` draws again:
+    the same classes at the tiny widths give the same parameters and buffers either way, and the build does
+    skip (a matrix left undrawn holds what torch.empty held, not HF's std-0.02 draw)."""
+    import torch
+    from transformers import Qwen3OmniMoeForConditionalGeneration
+
+    from omni_core.synthetic import tiny
+
+    def build(skip: bool):
+        torch.manual_seed(tiny.SEED)
+        with presets.matrices_left_undrawn() if skip else contextlib.nullcontext():
+            model = Qwen3OmniMoeForConditionalGeneration(tiny.hf_config("tiny")).eval()
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        tiny.spread_weights(model)
+        return before, model.state_dict()
+
+    drawn, want = build(skip=False)
+    undrawn, got = build(skip=True)
+    assert want.keys() == got.keys()
+    for name, value in want.items():
+        assert torch.equal(got[name], value), name
+    matrices = [k for k, v in drawn.items() if v.dim() >= 2 and v.is_floating_point()]
+    assert sum(not torch.equal(drawn[k], undrawn[k]) for k in matrices) >= len(matrices) // 2
+    vectors = [k for k, v in drawn.items() if v.dim() < 2]
+    assert all(torch.equal(drawn[k], undrawn[k]) for k in vectors)  # 1-D: HF's own init, as before

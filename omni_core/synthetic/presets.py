@@ -20,6 +20,7 @@ vocabulary.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 
@@ -164,9 +165,42 @@ def build_hf_model(layers: int = 1):
     from transformers import Qwen3OmniMoeForConditionalGeneration
 
     torch.manual_seed(tiny.SEED)
-    model = Qwen3OmniMoeForConditionalGeneration(hf_config(layers)).eval()
+    with matrices_left_undrawn():
+        model = Qwen3OmniMoeForConditionalGeneration(hf_config(layers)).eval()
     tiny.spread_weights(model)
     return model
+
+
+# torch's and HF's initialisers that draw random numbers (their names in torch.nn.init)
+_DRAWS = ("uniform_", "normal_", "trunc_normal_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
+          "kaiming_normal_", "orthogonal_", "sparse_")
+
+
+@contextlib.contextmanager
+def matrices_left_undrawn():
+    """While it lasts, torch's and HF's random initialisers leave a tensor of 2 or more dimensions as it is
+    (uninitialised memory at construction): `spread_weights` draws every such parameter again, from generators
+    of its own, so HF's draws of them (3.5 billion floats at the real widths, most of a build's time) were
+    never read. Everything of 1 dimension (norms, biases) is initialised as HF initialises it, and the
+    checkpoint is the same, bit for bit (tests/test_presets.py)."""
+    import torch.nn.init
+    from transformers import initialization
+
+    def skipping(draw):
+        return lambda tensor, *args, **kwargs: tensor if tensor.dim() >= 2 else draw(tensor, *args, **kwargs)
+
+    # HF's initialisers call torch's through TORCH_INIT_FUNCTIONS; module constructors call torch.nn.init's.
+    tables = [(vars(torch.nn.init), name) for name in _DRAWS]
+    tables += [(initialization.TORCH_INIT_FUNCTIONS, name) for name in _DRAWS
+               if name in initialization.TORCH_INIT_FUNCTIONS]
+    originals = [(table, name, table[name]) for table, name in tables]
+    try:
+        for table, name, draw in originals:
+            table[name] = skipping(draw)
+        yield
+    finally:
+        for table, name, draw in originals:
+            table[name] = draw
 
 
 def ensure_real_width(layers: int = 1, root: Path | None = None, max_shard_size: str = "1GB") -> Path:
