@@ -196,14 +196,35 @@ def timed(monkeypatch):
 
 
 def test_a_large_weight_is_timed_against_onednn_only(timed):
-    """No call per row any more: a large float32 weight's run is timed against ONEDNN where that holds."""
+    """No call per row any more: a large float32 weight's run is timed against ONEDNN, which it takes where it is
+    timed fastest (here, always) and holds."""
     large, _, _ = weights(1024, 3072, torch.float32)  # 12 MB
     onednn_holds = holds(ONEDNN, large)
     run = probe.widened(first_holding(large, None), large, None)
     assert choose(large, None, {}) == (ONEDNN if onednn_holds else run)
     assert all(p.kernel is not Kernel.SERIAL and p != ROW for p in sum(timed, []))
-    assert not timed or (ONEDNN in timed[0]) == onednn_holds
+    assert timed and ONEDNN in timed[0]
     assert choose(large, None, {}, NO_PACKING) == run
+
+
+def test_onednn_is_checked_only_where_it_is_timed_fastest(monkeypatch):
+    """Its check is a large weight's costliest probe: made only where ONEDNN would be taken, and where it fails
+    there the run (which holds) is taken."""
+    large, _, _ = weights(1024, 3072, torch.float32)
+    run, checked = probe.widened(first_holding(large, None), large, None), []
+    real_holds = probe.holds
+
+    def holds_watched(plan, *args, **kwargs):
+        checked.append(plan)
+        return False if plan == ONEDNN else real_holds(plan, *args, **kwargs)
+
+    monkeypatch.setattr(probe, "holds", holds_watched)
+    for onednn_fastest in (False, True):
+        monkeypatch.setattr(timing, "timings", lambda plans, *args, fast=onednn_fastest, **kwargs: {
+            p: (1.0, 1.0) if (p == ONEDNN) == fast else (2.0, 2.0) for p in plans})
+        checked.clear()
+        assert choose(large, None, {}) == run
+        assert (ONEDNN in checked) == onednn_fastest
 
 
 def test_a_large_weight_pads_a_lone_row_into_its_run(monkeypatch):
