@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from omni_core import SpeechRequest, load_pipeline
-from omni_core.models.invariant import Linear
-from omni_core.models.quant import GROUP, QUANTIZED, Int4Linear, Int8Linear, quantize_weight
+from omni_core.models.invariant import Linear, prompt_pieces
+from omni_core.models.quant import GROUP, PIECE_GEMM_ROWS, QUANTIZED, Int4Linear, Int8Linear, quantize_weight
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,6 +81,36 @@ def test_a_quantized_linear_gives_a_row_the_same_bits_in_any_call(kind):
                 assert torch.equal(int8(x[offset:offset + rows]), solo[offset:offset + rows]), (rows, offset)
 
 
+def test_a_long_prompt_piece_is_one_gemm_of_its_own_rows_by_the_int8_values():
+    """Inside `prompt_pieces`, a piece of PIECE_GEMM_ROWS rows or more is one bfloat16 GEMM of its rows by the
+    int8 values, then the scales; a shorter one the kernel. Each piece's bits are its own alone, whatever the
+    pieces beside it, and within bfloat16's rounding of the kernel's."""
+    gen = torch.Generator().manual_seed(3)
+    linear = Linear(256, 384, bias=True)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(384, 256, generator=gen) / 16)
+    int8 = Int8Linear(linear.to(torch.bfloat16))
+    sizes = [PIECE_GEMM_ROWS + 4, 5, PIECE_GEMM_ROWS, 33]
+    x = torch.randn(sum(sizes), 256, generator=gen).to(torch.bfloat16)
+    gemm = F.linear(x, int8.qweight.to(torch.bfloat16)) * int8.scale + linear.bias
+    with torch.no_grad():
+        kernel = int8(x)  # outside the pieces: the kernel, each row as alone
+        with prompt_pieces(sizes):
+            packed = int8(x)
+        at = 0
+        for n in sizes:
+            with prompt_pieces([n]):
+                alone = int8(x[at:at + n])
+            assert torch.equal(packed[at:at + n], alone), n
+            want = gemm if n >= PIECE_GEMM_ROWS else kernel
+            assert torch.equal(alone, want[at:at + n]), n
+            at += n
+        torch.testing.assert_close(packed, kernel, rtol=2 ** -6, atol=2 ** -6)
+        assert not torch.equal(packed, kernel)  # (the GEMM's bits are not the kernel's: this test sees the GEMM)
+        with prompt_pieces([3, 4]), pytest.raises(ValueError, match="pieces of"):
+            int8(torch.randn(2 * PIECE_GEMM_ROWS, 256).to(torch.bfloat16))
+
+
 @pytest.mark.parametrize("mode, layer", [("int8", Int8Linear), ("int4", Int4Linear), ("mixed", Int8Linear)])
 def test_a_quantized_pipeline_gives_each_request_its_solo_codes(mode, layer):
     """tiny-tts with int8 (int4, mixed) weights: three requests (greedy and sampled, KV and re-prefill) taken in
@@ -112,7 +142,16 @@ def test_the_real_width_int8_pipeline_counts_what_it_saved():
         assert f"int8 weights: {len(int8)} matmuls" in pipe.load_report
         assert f"{(saved - 2 * sum(m.scale.numel() for m in int8)) / 1e9:.2f} GB less" in pipe.load_report
         result = pipe.generate(SpeechRequest("A short one.", max_frames=2, predictor="kv"))
+        # prompts long enough for the GEMM (quant.PIECE_GEMM_ROWS), prefilled together: each its solo run
+        from tests.test_engine import assert_same, collect
+
+        requests = [SpeechRequest(text, max_frames=2, predictor="kv", text_input="whole") for text in
+                    ("A longer sentence, read whole in the prompt, for its prefill.", "And a second one, shorter.")]
+        solo = [pipe.generate(r) for r in requests]
+        together = [collect(s) for s in pipe.stream_together(requests)]
     assert result.codes.shape == (2, 16)
+    for got, want in zip(together, solo):
+        assert_same(got, want)
 
 
 def test_mixed_puts_int4_in_the_talkers_layers_and_int8_in_the_predictor_and_heads():
@@ -130,7 +169,16 @@ def test_mixed_puts_int4_in_the_talkers_layers_and_int8_in_the_predictor_and_hea
         assert f"mixed weights: {len(four) + len(eight)} matmuls (4 int4, {len(eight)} int8)" in pipe.load_report
         assert pipe.info["quantize"] == "mixed"
         result = pipe.generate(SpeechRequest("A short one.", max_frames=2, predictor="kv"))
+        # prompts long enough for the GEMM (quant.PIECE_GEMM_ROWS), prefilled together: each its solo run
+        from tests.test_engine import assert_same, collect
+
+        requests = [SpeechRequest(text, max_frames=2, predictor="kv", text_input="whole") for text in
+                    ("A longer sentence, read whole in the prompt, for its prefill.", "And a second one, shorter.")]
+        solo = [pipe.generate(r) for r in requests]
+        together = [collect(s) for s in pipe.stream_together(requests)]
     assert result.codes.shape == (2, 16)
+    for got, want in zip(together, solo):
+        assert_same(got, want)
 
 
 def test_bad_quantize_options_are_refused_with_a_reason(capsys):

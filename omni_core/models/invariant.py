@@ -69,6 +69,12 @@ def prompt_pieces(sizes):
         _PIECES.reset(token)
 
 
+def pieces_now() -> tuple[int, ...] | None:
+    """The prompt pieces' lengths of the call being run (`prompt_pieces`); None: a decode step, or in a graph
+    (dynamo cannot trace a ContextVar: asked first)."""
+    return None if torch.compiler.is_compiling() else _PIECES.get()
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            plan: Plan = SAFE, packed: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear with every row computed by the same kernel however many rows share the call
@@ -123,8 +129,7 @@ class Linear(nn.Linear):
     packed: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # (Graphs are decode steps, never prefills; and dynamo cannot trace a ContextVar: asked first.)
-        sizes = None if torch.compiler.is_compiling() else _PIECES.get()
+        sizes = pieces_now()  # (graphs are decode steps, never prefills)
         if sizes is None or self.plan == PLAIN:
             return linear(x, self.weight, self.bias, self.plan, self.packed)
         return self._by_piece(x, sizes)
