@@ -142,15 +142,18 @@ def test_the_real_width_int8_pipeline_counts_what_it_saved():
         assert f"int8 weights: {len(int8)} matmuls" in pipe.load_report
         assert f"{(saved - 2 * sum(m.scale.numel() for m in int8)) / 1e9:.2f} GB less" in pipe.load_report
         result = pipe.generate(SpeechRequest("A short one.", max_frames=2, predictor="kv"))
-        # prompts long enough for the GEMM (quant.PIECE_GEMM_ROWS), prefilled together: each its solo run
-        from tests.test_engine import assert_same, collect
-
-        requests = [SpeechRequest(text, max_frames=2, predictor="kv", text_input="whole") for text in
-                    ("A longer sentence, read whole in the prompt, for its prefill.", "And a second one, shorter.")]
-        solo = [pipe.generate(r) for r in requests]
-        together = [collect(s) for s in pipe.stream_together(requests)]
+        long_prompts_prefilled_together_equal_their_solo_runs(pipe)
     assert result.codes.shape == (2, 16)
-    for got, want in zip(together, solo):
+
+
+def long_prompts_prefilled_together_equal_their_solo_runs(pipe):
+    """Two prompts long enough for the GEMM (quant.PIECE_GEMM_ROWS), prefilled together: each its solo run."""
+    from tests.test_engine import assert_same, collect
+
+    requests = [SpeechRequest(text, max_frames=2, predictor="kv", text_input="whole") for text in
+                ("A longer sentence, read whole in the prompt, for its prefill.", "And a second one, shorter.")]
+    solo = [pipe.generate(r) for r in requests]
+    for got, want in zip([collect(s) for s in pipe.stream_together(requests)], solo):
         assert_same(got, want)
 
 
@@ -169,16 +172,8 @@ def test_mixed_puts_int4_in_the_talkers_layers_and_int8_in_the_predictor_and_hea
         assert f"mixed weights: {len(four) + len(eight)} matmuls (4 int4, {len(eight)} int8)" in pipe.load_report
         assert pipe.info["quantize"] == "mixed"
         result = pipe.generate(SpeechRequest("A short one.", max_frames=2, predictor="kv"))
-        # prompts long enough for the GEMM (quant.PIECE_GEMM_ROWS), prefilled together: each its solo run
-        from tests.test_engine import assert_same, collect
-
-        requests = [SpeechRequest(text, max_frames=2, predictor="kv", text_input="whole") for text in
-                    ("A longer sentence, read whole in the prompt, for its prefill.", "And a second one, shorter.")]
-        solo = [pipe.generate(r) for r in requests]
-        together = [collect(s) for s in pipe.stream_together(requests)]
+        long_prompts_prefilled_together_equal_their_solo_runs(pipe)
     assert result.codes.shape == (2, 16)
-    for got, want in zip(together, solo):
-        assert_same(got, want)
 
 
 def test_bad_quantize_options_are_refused_with_a_reason(capsys):
