@@ -107,8 +107,7 @@ def on_one_thread(fn, *args):
 def _blocks(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, plan: Plan) -> torch.Tensor:
     """F.linear in blocks of pad_min..chunk rows (zero rows pad a short one), or ROWWISE."""
     if plan == ROWWISE:
-        out = (x.unsqueeze(-2) * weight).sum(-1)  # [..., N]: a reduction per row, whatever the rows
-        return out if bias is None else out + bias
+        return _rowwise(x, weight, bias)
     rows, K = x.numel() // x.shape[-1], x.shape[-1]
     if plan.pad_min <= rows <= plan.chunk or rows == 0:
         return F.linear(x, weight, bias)
@@ -119,6 +118,16 @@ def _blocks(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pl
         blocks.append(F.linear(padded, weight, bias)[:n])
     out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
     return out.view(*x.shape[:-1], weight.shape[0])
+
+
+def _rowwise(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [..., K] @ weight.T [K, N] as one reduction per row, whatever the rows. Half-precision products are
+    summed in float32 and rounded once, as a GEMM accumulates (products rounded to bfloat16 first moved a tiny
+    MoE router's scores 0.5 from the official ones)."""
+    wide = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
+    out = (x.unsqueeze(-2).to(wide) * weight.to(wide)).sum(-1)  # [..., N, K] -> [..., N]
+    out = out if bias is None else out + bias.to(wide)
+    return out.to(x.dtype)
 
 
 class Linear(nn.Linear):

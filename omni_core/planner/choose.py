@@ -13,6 +13,7 @@ What each kind of weight ends up with, and why:
   bfloat16, small pad 1 / chunk 32 where 1-32 rows are one kernel; else the run, a lone row padded into it
                   (where a step reads its weights from memory, rows beside a lone one cost almost nothing)
   otherwise       SAFE (every row in the 16-32 row kernel) if it holds, or ROWWISE (a 1-output gate)
+  narrow, half    ROWWISE unprobed: under 64 outputs the check cannot see enough outputs (probe.too_narrow)
 
 A plan whose rows 2-32 hold cuts calls at 64 rows instead of 32 where rows 33-64 hold too (probe.widened:
 a prompt's prefill and a batch of re-prefill rows then read the weights half as often), so every row of any
@@ -36,9 +37,10 @@ ATEN_ONLY = frozenset({Kernel.ATEN})
 NO_PACKING = frozenset({Kernel.ATEN, Kernel.SERIAL})
 ALL_KERNELS = frozenset(Kernel)
 TIMED_BYTES = 4 * 2**20  # weights this large choose their plan by timing: the kernel, not the calls, costs there
-RULE = 14  # the way plans are chosen; a change of it makes every machine choose its plans again (store.py). 13: a
+RULE = 15  # the way plans are chosen; a change of it makes every machine choose its plans again (store.py). 13: a
 # plan whose run reaches 32 rows is checked on to 64 and then cuts calls there (probe.widened); 14: a large
-# bfloat16 weight may take ONEDNN, and plans are timed over a sweep of copies of the weight (timing.timings)
+# bfloat16 weight may take ONEDNN, and plans are timed over a sweep of copies of the weight (timing.timings);
+# 15: a half-precision weight of under 64 outputs is ROWWISE (probe.too_narrow)
 
 Key = tuple  # (shape, dtype, device type, bias?, kernels): what a plan depends on besides the machine
 
@@ -71,7 +73,9 @@ def may_pack(weight: torch.Tensor) -> bool:
 
 def _choose(weight: torch.Tensor, bias: torch.Tensor | None, kernels: frozenset[Kernel]) -> Plan:
     """The fastest plan that holds, then widened (checked on 33-64 rows: only the plan kept pays for that); the
-    probes share the weight's random rows and repeated calls (probe.Calls)."""
+    probes share the weight's random rows and repeated calls (probe.Calls). A narrow half-precision weight: ROWWISE."""
+    if probe.too_narrow(weight):
+        return ROWWISE
     calls = probe.Calls(weight, bias)
     return probe.widened(_fastest_holding(weight, bias, kernels, calls), weight, bias, calls)
 

@@ -19,6 +19,7 @@ from omni_core.models.invariant import ROWWISE, SAFE, Kernel, Plan, linear, on_o
 PROBE_ROWS = 32  # row counts 1..PROBE_ROWS are mapped and checked
 PROBE_OUTPUTS, PROBE_ROWS_MAX = 2**20, 2**14  # a half-precision weight's plan is checked on this many outputs
 # (of at most this many rows: `holds`), where rare last bits show
+NARROW = PROBE_OUTPUTS // PROBE_ROWS_MAX  # a half-precision weight of fewer outputs is not checked (`too_narrow`)
 MIN_RUN = 8  # a plan's run of row counts at least this long, where the CPU has one (`candidates`)
 WIDE_ROWS = 64  # a plan whose run reaches PROBE_ROWS is checked on up to this many rows (`widened`)
 WIDE_NUMEL = 2**25  # ... for weights of at most this many elements (a vocabulary head takes a few rows a call)
@@ -58,6 +59,14 @@ class Calls:
 def half_rows(weight: torch.Tensor) -> int:
     """The rows a half-precision weight is checked on (PROBE_OUTPUTS outputs, at most PROBE_ROWS_MAX); 0 else."""
     return min(PROBE_OUTPUTS // weight.shape[0], PROBE_ROWS_MAX) if weight.element_size() < 4 else 0
+
+
+def too_narrow(weight: torch.Tensor) -> bool:
+    """A half-precision weight of fewer than NARROW outputs: PROBE_ROWS_MAX rows hold too few outputs to check
+    (a 4-output one, 65,536), and plans passed that were wrong. On a Zen 4, a tiny 4x48 bfloat16 weight's
+    1-64-row plan passed with some weights, yet 11 in 524,288 outputs of its 32-row calls differ from their rows'
+    lone calls. Such a weight is summed row by row (ROWWISE: always holds, and costs little at this width)."""
+    return weight.element_size() < 4 and weight.shape[0] < NARROW
 
 
 def holds(plan: Plan, weight: torch.Tensor, bias: torch.Tensor | None = None, seed: int = 0,
