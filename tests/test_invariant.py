@@ -357,7 +357,7 @@ def test_padding_keeps_shapes_and_the_values_of_f_linear():
 
 
 def test_rowwise_in_half_precision_sums_float32_products_and_rounds_once():
-    """As a GEMM accumulates: each output within half an ulp of the float32 sum (products rounded to bfloat16
+    """As a GEMM accumulates: each output within an ulp of the float64 sum (products rounded to bfloat16
     before the sum moved a tiny MoE router's default-mode scores 0.5 from the official ones)."""
     g = torch.Generator().manual_seed(3)
     for dtype in (torch.bfloat16, torch.float16):

@@ -124,7 +124,7 @@ def _rowwise(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -
     """x [..., K] @ weight.T [K, N] as one reduction per row, whatever the rows. Half-precision products are
     summed in float32 and rounded once, as a GEMM accumulates (products rounded to bfloat16 first moved a tiny
     MoE router's scores 0.5 from the official ones)."""
-    wide = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
+    wide = torch.promote_types(x.dtype, torch.float32)  # float32 for half precision, else the dtype's own
     out = (x.unsqueeze(-2).to(wide) * weight.to(wide)).sum(-1)  # [..., N, K] -> [..., N]
     out = out if bias is None else out + bias.to(wide)
     return out.to(x.dtype)
