@@ -106,6 +106,28 @@ def test_the_load_checks_it_keeps_the_answer_and_a_codec_whose_rows_differ_stays
     assert not batching.decide(copy.deepcopy(ours).double())  # oneDNN has no float64: row by row
 
 
+@torch.no_grad()
+def test_a_check_that_fails_at_two_rows_decodes_only_those_two_alone(monkeypatch):
+    """Each row is decoded alone when a comparison first reads it: where 2 streams together already differ from
+    their lone decodes, the check decodes 2 streams alone and 2 together, not all 8 alone first."""
+    _, ours = models("tiny")
+    made = []
+
+    class Counted(batching.StreamingDecoder):
+        def __init__(self, codec):
+            super().__init__(codec)
+            made.append(self)
+
+    monkeypatch.setattr(batching, "StreamingDecoder", Counted)
+    assert batching.holds(copy.deepcopy(ours))
+    assert len(made) == max(batching.ROWS) + sum(batching.ROWS)  # holding: every row alone, every batch together
+    made.clear()
+    plain = backend.convolve
+    monkeypatch.setattr(backend, "convolve", lambda conv, x, on: plain(conv, x, on) * (1 + 1e-6 * (x.shape[0] - 1)))
+    assert not batching.holds(copy.deepcopy(ours))
+    assert len(made) == 2 * batching.ROWS[0] == 4
+
+
 def test_the_default_mode_batches_the_codec_and_exact_mode_does_not():
     with load_pipeline("tiny", device="cpu") as default, load_pipeline("tiny", device="cpu", exact=True) as exact:
         assert backend.runs_batched(default.code2wav) == batching.holds(default.code2wav)
