@@ -128,6 +128,21 @@ def test_a_check_that_fails_at_two_rows_decodes_only_those_two_alone(monkeypatch
     assert len(made) == 2 * batching.ROWS[0] == 4
 
 
+def test_a_codec_with_an_encoder_shares_the_answer_of_the_same_codec_without_one():
+    """The answer is kept per decoder: a checkpoint's codec with Mimi's encoder and a random preset's without it
+    (the real-width 0.6B's, float32: a 47-58 s check on a Zen 3) are one line; other decoder shapes are another."""
+    import dataclasses
+
+    from omni_core.loading import recipe
+
+    codec = recipe.load_model("tiny-tts", device="cpu", dtype="float32", batch_invariant=False).modules["code2wav"]
+    assert codec.cfg.encoder is not None
+    bare, wider = copy.deepcopy(codec), copy.deepcopy(codec)
+    bare.cfg = dataclasses.replace(codec.cfg, encoder=None)
+    wider.cfg = dataclasses.replace(codec.cfg, latent_dim=2 * codec.cfg.latent_dim)
+    assert batching._name(bare) == batching._name(codec) != batching._name(wider)
+
+
 def test_the_default_mode_batches_the_codec_and_exact_mode_does_not():
     with load_pipeline("tiny", device="cpu") as default, load_pipeline("tiny", device="cpu", exact=True) as exact:
         assert backend.runs_batched(default.code2wav) == batching.holds(default.code2wav)
