@@ -22,6 +22,11 @@ from app.recording import EncodeOut, Recording
 from app.scoring import Scorer, ScoreOut
 from app.studio import AfterTake, Studio, SurgeryOut
 
+# How often Gradio's queue looks for a request it can start while none can, and for progress to send (the page's
+# handlers report none: gr.Progress is not used). Its own 1 ms and 10 ms (on Linux) kept a server at 8.5% of a core
+# while idle and while a request runs (the queue is empty then too), taken from the engine on a 2-core machine; 10 ms
+# and 50 ms: 2.3-2.8% (5 ms: 3.6-4.4%; a Zen 3, `python app.py` idle 10 s). A request may start up to 10 ms later.
+QUEUE_POLL_S, PROGRESS_POLL_S = 0.01, 0.05
 STATIC = Path(__file__).resolve().parent.parent / "static"
 JS = (STATIC / "lab.js").read_text()  # heatmap click → frame slider; the playhead
 
@@ -36,7 +41,12 @@ def build_ui(pipe, outputs: OutputDir) -> gr.Blocks:
         if info.get("compiling"):  # a page opened after the background build says so (compiled, not compiling)
             demo.load(lambda: panels.header(pipe.info, streaming), outputs=p.header, queue=False)
     # As many handlers run at once as the engine batches; more wait in a bounded queue.
-    return demo.queue(default_concurrency_limit=info["max_batch"], max_size=info["max_waiting"])
+    demo.queue(default_concurrency_limit=info["max_batch"], max_size=info["max_waiting"])
+    queue = getattr(demo, "_queue", None)  # (no public setting for them in Gradio 6)
+    for name, least in (("sleep_when_free", QUEUE_POLL_S), ("progress_update_sleep_when_free", PROGRESS_POLL_S)):
+        if hasattr(queue, name):
+            setattr(queue, name, max(getattr(queue, name), least))
+    return demo
 
 
 def wire(p: SimpleNamespace, lab: Lab, studio: Studio, recording: Recording, scorer: Scorer) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -144,6 +145,36 @@ def test_the_server_does_not_serve_arbitrary_files(app_server, path):
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"{app_server}gradio_api/file={path}", timeout=10)
     assert refused.value.code in (403, 404)
+
+
+def _server_pid(url: str) -> int:
+    """The pid of the `python app.py --port N` serving `url`."""
+    port = url.rstrip("/").rsplit(":", 1)[1]
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"app.py" in b" ".join(args) and b"--port" in args and args[args.index(b"--port") + 1] == port.encode():
+            return int(proc.name)
+    raise LookupError(f"no app.py serving {url}")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_an_idle_server_leaves_the_cores_to_the_engine(client, app_server):
+    """Between requests the server sleeps: under 5% of a core over 4 s. Gradio's queue polls every millisecond by
+    default, which kept it at 7-8.5% of a core (app/ui.py, QUEUE_POLL_S), idle and while a request runs alike."""
+    client.predict("Warm.", max_frames=2, api_name="/codes")
+    stat = Path(f"/proc/{_server_pid(app_server)}/stat")
+
+    def cpu_s() -> float:  # user + system time, in clock ticks
+        return sum(int(v) for v in stat.read_text().rsplit(")", 1)[1].split()[11:13]) / os.sysconf("SC_CLK_TCK")
+
+    time.sleep(1)  # the request's last work done
+    used, start = cpu_s(), time.perf_counter()
+    time.sleep(4)
+    share = (cpu_s() - used) / (time.perf_counter() - start)
+    assert share < 0.05, f"an idle server used {share:.1%} of a core"
 
 
 def test_without_ffmpeg_the_audio_comes_whole_at_the_end_with_a_note(tmp_path):
