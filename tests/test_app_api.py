@@ -167,7 +167,7 @@ def test_an_idle_server_leaves_the_cores_to_the_engine(client, app_server):
     client.predict("Warm.", max_frames=2, api_name="/codes")
     stat = Path(f"/proc/{_server_pid(app_server)}/stat")
 
-    def cpu_s() -> float:  # user + system time, in clock ticks
+    def cpu_s() -> float:  # user + system time (/proc counts clock ticks), in seconds
         return sum(int(v) for v in stat.read_text().rsplit(")", 1)[1].split()[11:13]) / os.sysconf("SC_CLK_TCK")
 
     time.sleep(1)  # the request's last work done
